@@ -1,0 +1,1 @@
+"""Wire formats shared by the node agent, the control plane and the doubles."""

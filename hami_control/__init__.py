@@ -1,0 +1,1 @@
+"""The control plane: mutating webhook and scheduler extender (filter, bind)."""

@@ -1,0 +1,1 @@
+"""hami-node: the device plugin daemon for GPU nodes."""

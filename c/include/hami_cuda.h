@@ -1,0 +1,206 @@
+/* This project's own declarations of the CUDA driver API subset it uses: types, enums and
+ * error codes with the real numeric values, structs with the real layouts. Nothing here needs
+ * the CUDA toolkit. tests/sim/test_headers.py proves every constant, struct layout and
+ * prototype equal to the real cuda.h wherever one is installed.
+ *
+ * Constants live in X-macro lists (hami_cuda_consts.h) so the conformance check can assert
+ * each one against the real header. Prototypes live in hami_cuda_api.h under the real
+ * exported symbol names (cuMemAlloc_v2, cuCtxCreate_v4...); hami_cuda_procs.h maps API names
+ * and requested versions to those symbols.
+ *
+ * Conformance mode (HAMI_CUDA_CONFORMANCE defined, real cuda.h included first): only the
+ * structs are emitted, renamed hami_check_<name>, so their layout can be compared.
+ */
+#ifndef HAMI_CUDA_H
+#define HAMI_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hami_cuda_consts.h"
+
+#ifndef HAMI_CUDA_CONFORMANCE
+#define HAMI_T(name) name
+
+#define HAMI_CUDA_VERSION 13000
+
+typedef uint32_t cuuint32_t;
+typedef uint64_t cuuint64_t;
+
+typedef unsigned long long CUdeviceptr_v2;
+typedef CUdeviceptr_v2 CUdeviceptr;
+typedef int CUdevice_v1;
+typedef CUdevice_v1 CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef struct CUarray_st *CUarray;
+typedef struct CUevent_st *CUevent;
+typedef struct CUstream_st *CUstream;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle_v1;
+typedef CUmemGenericAllocationHandle_v1 CUmemGenericAllocationHandle;
+
+#define HAMI_ENUM_ITEM(name, value, ...) name = value,
+
+typedef enum cudaError_enum { HAMI_CU_RESULTS(HAMI_ENUM_ITEM) } CUresult;
+typedef enum CUdevice_attribute_enum { HAMI_CU_DEVICE_ATTRIBUTES(HAMI_ENUM_ITEM) } CUdevice_attribute;
+typedef enum CUarray_format_enum { HAMI_CU_ARRAY_FORMATS(HAMI_ENUM_ITEM) } CUarray_format;
+typedef enum CUmemPool_attribute_enum { HAMI_CU_MEMPOOL_ATTRIBUTES(HAMI_ENUM_ITEM) } CUmemPool_attribute;
+typedef enum CUmemLocationType_enum { HAMI_CU_MEM_LOCATION_TYPES(HAMI_ENUM_ITEM) } CUmemLocationType;
+typedef enum CUmemAllocationType_enum { HAMI_CU_MEM_ALLOCATION_TYPES(HAMI_ENUM_ITEM) } CUmemAllocationType;
+typedef enum CUmemAllocationHandleType_enum {
+    HAMI_CU_MEM_HANDLE_TYPES(HAMI_ENUM_ITEM)
+} CUmemAllocationHandleType;
+typedef enum CUmemAccess_flags_enum { HAMI_CU_MEM_ACCESS_FLAGS(HAMI_ENUM_ITEM) } CUmemAccess_flags;
+typedef enum CUmemAllocationGranularity_flags_enum {
+    HAMI_CU_MEM_GRANULARITY_FLAGS(HAMI_ENUM_ITEM)
+} CUmemAllocationGranularity_flags;
+typedef enum CUstreamCaptureStatus_enum { HAMI_CU_CAPTURE_STATUSES(HAMI_ENUM_ITEM) } CUstreamCaptureStatus;
+typedef enum CUstreamCaptureMode_enum { HAMI_CU_CAPTURE_MODES(HAMI_ENUM_ITEM) } CUstreamCaptureMode;
+typedef enum CUdriverProcAddress_flags_enum {
+    HAMI_CU_PROC_ADDRESS_FLAGS(HAMI_ENUM_ITEM)
+} CUdriverProcAddress_flags;
+typedef enum CUdriverProcAddressQueryResult_enum {
+    HAMI_CU_PROC_ADDRESS_RESULTS(HAMI_ENUM_ITEM)
+} CUdriverProcAddressQueryResult;
+typedef enum CUlaunchAttributeID_enum { HAMI_CU_LAUNCH_ATTRIBUTES(HAMI_ENUM_ITEM) } CUlaunchAttributeID;
+typedef enum CUexecAffinityType_enum { HAMI_CU_EXEC_AFFINITY_TYPES(HAMI_ENUM_ITEM) } CUexecAffinityType;
+typedef enum CUcigDataType_enum { HAMI_CU_CIG_DATA_TYPES(HAMI_ENUM_ITEM) } CUcigDataType;
+typedef enum CUjit_option_enum { HAMI_CU_JIT_OPTIONS(HAMI_ENUM_ITEM) } CUjit_option;
+typedef enum CUlibraryOption_enum { HAMI_CU_LIBRARY_OPTIONS(HAMI_ENUM_ITEM) } CUlibraryOption;
+typedef enum CUevent_flags_enum { HAMI_CU_EVENT_FLAGS(HAMI_ENUM_ITEM) } CUevent_flags;
+typedef enum CUstream_flags_enum { HAMI_CU_STREAM_FLAGS(HAMI_ENUM_ITEM) } CUstream_flags;
+typedef enum CUmemAttach_flags_enum { HAMI_CU_MEM_ATTACH_FLAGS(HAMI_ENUM_ITEM) } CUmemAttach_flags;
+
+/* Plain macros of cuda.h; HAMI_CU_MACRO_VALUES repeats them for the conformance check. */
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+#define CU_LAUNCH_PARAM_END ((void *)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02
+#define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+
+#else /* HAMI_CUDA_CONFORMANCE: the real cuda.h supplied every type above */
+#define HAMI_T(name) hami_check_##name
+#endif
+
+/* Structs, with the real layouts (one member per line: the conformance test reads them). */
+typedef struct HAMI_T(CUuuid_st) {
+    char bytes[16];
+} HAMI_T(CUuuid);
+
+typedef struct HAMI_T(CUDA_ARRAY_DESCRIPTOR_st) {
+    size_t Width;
+    size_t Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+} HAMI_T(CUDA_ARRAY_DESCRIPTOR);
+
+typedef struct HAMI_T(CUDA_ARRAY3D_DESCRIPTOR_st) {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} HAMI_T(CUDA_ARRAY3D_DESCRIPTOR);
+
+typedef struct HAMI_T(CUmemLocation_st) {
+    CUmemLocationType type;
+    int id;
+} HAMI_T(CUmemLocation);
+
+typedef struct HAMI_T(CUmemAllocationProp_st) {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType requestedHandleTypes;
+    HAMI_T(CUmemLocation) location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} HAMI_T(CUmemAllocationProp);
+
+typedef struct HAMI_T(CUmemAccessDesc_st) {
+    HAMI_T(CUmemLocation) location;
+    CUmemAccess_flags flags;
+} HAMI_T(CUmemAccessDesc);
+
+typedef struct HAMI_T(CUmemPoolProps_st) {
+    CUmemAllocationType allocType;
+    CUmemAllocationHandleType handleTypes;
+    HAMI_T(CUmemLocation) location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} HAMI_T(CUmemPoolProps);
+
+typedef struct HAMI_T(CUexecAffinityParam_st) {
+    CUexecAffinityType type;
+    union {
+        struct {
+            unsigned int val;
+        } smCount;
+    } param;
+} HAMI_T(CUexecAffinityParam);
+
+typedef struct HAMI_T(CUctxCigParam_st) {
+    CUcigDataType sharedDataType;
+    void *sharedData;
+} HAMI_T(CUctxCigParam);
+
+typedef struct HAMI_T(CUctxCreateParams_st) {
+    HAMI_T(CUexecAffinityParam) *execAffinityParams;
+    int numExecAffinityParams;
+    HAMI_T(CUctxCigParam) *cigParams;
+} HAMI_T(CUctxCreateParams);
+
+/* Only the members the simulator reads; `pad` fixes the real 64-byte size. */
+typedef union HAMI_T(CUlaunchAttributeValue_union) {
+    char pad[64];
+    int cooperative;
+    int priority;
+} HAMI_T(CUlaunchAttributeValue);
+
+typedef struct HAMI_T(CUlaunchAttribute_st) {
+    CUlaunchAttributeID id;
+    char pad[8 - sizeof(CUlaunchAttributeID)];
+    HAMI_T(CUlaunchAttributeValue) value;
+} HAMI_T(CUlaunchAttribute);
+
+typedef struct HAMI_T(CUlaunchConfig_st) {
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    HAMI_T(CUlaunchAttribute) *attrs;
+    unsigned int numAttrs;
+} HAMI_T(CUlaunchConfig);
+
+/* The structs checked by the conformance test (one name per entry). */
+#define HAMI_CU_STRUCTS(X)                                                                     \
+    X(CUuuid) X(CUDA_ARRAY_DESCRIPTOR) X(CUDA_ARRAY3D_DESCRIPTOR) X(CUmemLocation)             \
+    X(CUmemAllocationProp) X(CUmemAccessDesc) X(CUmemPoolProps) X(CUexecAffinityParam)         \
+    X(CUctxCigParam) X(CUctxCreateParams) X(CUlaunchAttributeValue) X(CUlaunchAttribute)       \
+    X(CUlaunchConfig)
+
+#ifndef HAMI_CUDA_CONFORMANCE
+#include "hami_cuda_api.h"
+#endif
+
+#endif /* HAMI_CUDA_H */

@@ -1,0 +1,177 @@
+/* This project's own declarations of the NVML subset it uses, with the real values and
+ * layouts (checked against the real nvml.h by tests/sim/test_headers.py, built with
+ * NVML_NO_UNVERSIONED_FUNC_DEFS so every versioned name is a plain declaration there).
+ * Conformance mode (HAMI_NVML_CONFORMANCE, real nvml.h first) emits only the structs,
+ * renamed hami_check_<name>. */
+#ifndef HAMI_NVML_H
+#define HAMI_NVML_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(NAME, VALUE[, TEXT]): the text is what nvmlErrorString returns. */
+#define HAMI_NVML_RETURNS(X)                                                \
+    X(NVML_SUCCESS, 0, "Success")                                           \
+    X(NVML_ERROR_UNINITIALIZED, 1, "Uninitialized")                         \
+    X(NVML_ERROR_INVALID_ARGUMENT, 2, "Invalid Argument")                   \
+    X(NVML_ERROR_NOT_SUPPORTED, 3, "Not Supported")                         \
+    X(NVML_ERROR_NO_PERMISSION, 4, "Insufficient Permissions")              \
+    X(NVML_ERROR_ALREADY_INITIALIZED, 5, "Already Initialized")             \
+    X(NVML_ERROR_NOT_FOUND, 6, "Not Found")                                 \
+    X(NVML_ERROR_INSUFFICIENT_SIZE, 7, "Insufficient Size")                 \
+    X(NVML_ERROR_INSUFFICIENT_POWER, 8, "Insufficient External Power")      \
+    X(NVML_ERROR_DRIVER_NOT_LOADED, 9, "Driver Not Loaded")                 \
+    X(NVML_ERROR_TIMEOUT, 10, "Timeout")                                    \
+    X(NVML_ERROR_IRQ_ISSUE, 11, "Interrupt Request Issue")                  \
+    X(NVML_ERROR_LIBRARY_NOT_FOUND, 12, "NVML Shared Library Not Found")    \
+    X(NVML_ERROR_FUNCTION_NOT_FOUND, 13, "Function Not Found")              \
+    X(NVML_ERROR_CORRUPTED_INFOROM, 14, "Corrupted infoROM")                \
+    X(NVML_ERROR_GPU_IS_LOST, 15, "GPU is lost")                            \
+    X(NVML_ERROR_RESET_REQUIRED, 16, "GPU requires restart")                \
+    X(NVML_ERROR_OPERATING_SYSTEM, 17, "The operating system has blocked the request") \
+    X(NVML_ERROR_LIB_RM_VERSION_MISMATCH, 18, "RM has detected an NVML/RM version mismatch") \
+    X(NVML_ERROR_IN_USE, 19, "In use by another client")                    \
+    X(NVML_ERROR_MEMORY, 20, "Insufficient Memory")                         \
+    X(NVML_ERROR_NO_DATA, 21, "No data")                                    \
+    X(NVML_ERROR_INSUFFICIENT_RESOURCES, 23, "Insufficient resources")      \
+    X(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, 25, "Argument version mismatch") \
+    X(NVML_ERROR_DEPRECATED, 26, "Deprecated")                              \
+    X(NVML_ERROR_NOT_READY, 27, "Not ready")                                \
+    X(NVML_ERROR_GPU_NOT_FOUND, 28, "GPU not found")                        \
+    X(NVML_ERROR_INVALID_STATE, 29, "Invalid state")                        \
+    X(NVML_ERROR_UNKNOWN, 999, "Unknown Error")
+
+/* Plain #defines of nvml.h that this header repeats. */
+#define HAMI_NVML_MACRO_VALUES(X)                        \
+    X(NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE, 32)            \
+    X(NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE, 16)         \
+    X(NVML_DEVICE_UUID_V2_BUFFER_SIZE, 96)               \
+    X(NVML_DEVICE_NAME_V2_BUFFER_SIZE, 96)               \
+    X(NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE, 80)        \
+    X(NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE, 80)          \
+    X(NVML_INIT_FLAG_NO_GPUS, 1)                         \
+    X(NVML_INIT_FLAG_NO_ATTACH, 2)                       \
+    X(nvmlEventTypeNone, 0)                              \
+    X(nvmlEventTypeXidCriticalError, 8)                  \
+    X(nvmlMemory_v2, (unsigned int)(40 | (2 << 24)))
+
+#ifndef HAMI_NVML_CONFORMANCE
+#define HAMI_NT(name) name
+
+#define HAMI_NVML_ENUM_ITEM(name, value, ...) name = value,
+typedef enum nvmlReturn_enum { HAMI_NVML_RETURNS(HAMI_NVML_ENUM_ITEM) } nvmlReturn_t;
+
+typedef struct nvmlDevice_st *nvmlDevice_t;
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
+#define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
+#define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
+#define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80
+#define NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE 80
+#define NVML_INIT_FLAG_NO_GPUS 1
+#define NVML_INIT_FLAG_NO_ATTACH 2
+#define nvmlEventTypeNone 0x0000000000000000LL
+#define nvmlEventTypeXidCriticalError 0x0000000000000008LL
+#define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2 << 24U)))
+#else
+#define HAMI_NT(name) hami_check_##name
+#endif
+
+/* Structs, with the real layouts (one member per line: the conformance test reads them). */
+typedef struct HAMI_NT(nvmlMemory_st) {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} HAMI_NT(nvmlMemory_t);
+
+typedef struct HAMI_NT(nvmlMemory_v2_st) {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} HAMI_NT(nvmlMemory_v2_t);
+
+typedef struct HAMI_NT(nvmlPciInfo_st) {
+    char busIdLegacy[16];
+    unsigned int domain;
+    unsigned int bus;
+    unsigned int device;
+    unsigned int pciDeviceId;
+    unsigned int pciSubSystemId;
+    char busId[32];
+} HAMI_NT(nvmlPciInfo_t);
+
+typedef struct HAMI_NT(nvmlUtilization_st) {
+    unsigned int gpu;
+    unsigned int memory;
+} HAMI_NT(nvmlUtilization_t);
+
+typedef struct HAMI_NT(nvmlProcessUtilizationSample_st) {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil;
+    unsigned int memUtil;
+    unsigned int encUtil;
+    unsigned int decUtil;
+} HAMI_NT(nvmlProcessUtilizationSample_t);
+
+typedef struct HAMI_NT(nvmlProcessInfo_v2_st) {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} HAMI_NT(nvmlProcessInfo_t);
+
+typedef struct HAMI_NT(nvmlEventData_st) {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} HAMI_NT(nvmlEventData_t);
+
+/* The structs checked by the conformance test. */
+#define HAMI_NVML_STRUCTS(X)                                                       \
+    X(nvmlMemory_t) X(nvmlMemory_v2_t) X(nvmlPciInfo_t) X(nvmlUtilization_t)       \
+    X(nvmlProcessUtilizationSample_t) X(nvmlProcessInfo_t) X(nvmlEventData_t)
+
+/* Prototypes under the real exported names. One declaration per line. */
+nvmlReturn_t nvmlInit_v2(void);
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
+nvmlReturn_t nvmlShutdown(void);
+const char *nvmlErrorString(nvmlReturn_t result);
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount);
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber);
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci);
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor);
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set);
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set);
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes);
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms);
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HAMI_NVML_H */

@@ -1,0 +1,293 @@
+/* Primary and created contexts, and each thread's stack of current contexts. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu_internal.h"
+
+#define CTX_STACK_DEPTH 32
+
+static struct CUctx_st primaries[SIM_MAX_DEVICES];
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static __thread struct CUctx_st *ctx_stack[CTX_STACK_DEPTH];
+static __thread int ctx_depth;
+
+struct CUctx_st *sim_current_ctx(void) { return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; }
+
+CUresult sim_require_ctx(struct CUctx_st **out)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct CUctx_st *c = sim_current_ctx();
+    if (!c || c->magic != MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+static void init_ctx(struct CUctx_st *c, int dev, unsigned int flags, int primary)
+{
+    memset(c, 0, sizeof *c);
+    c->magic = MAGIC_CTX;
+    c->dev = dev;
+    c->flags = flags;
+    c->primary = primary;
+    c->null_stream.magic = MAGIC_STREAM;
+    c->null_stream.ctx = c;
+}
+
+/* A context makes the process appear on the device (nvidia-smi lists it) and may cost
+ * HAMI_SIM_CTX_OVERHEAD bytes of device memory, as a real context does. */
+static CUresult attach(int dev)
+{
+    sim_context_count(dev, 1);
+    uint64_t overhead = sim_ctx_overhead();
+    if (overhead && sim_charge(dev, overhead) < 0) {
+        sim_context_count(dev, -1);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+static void detach(int dev)
+{
+    uint64_t overhead = sim_ctx_overhead();
+    if (overhead)
+        sim_uncharge(dev, overhead);
+    sim_context_count(dev, -1);
+}
+
+static CUresult push(struct CUctx_st *c)
+{
+    if (ctx_depth >= CTX_STACK_DEPTH)
+        return CUDA_ERROR_INVALID_VALUE;
+    ctx_stack[ctx_depth++] = c;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult rc = sim_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&primary_lock);
+    struct CUctx_st *c = &primaries[dev];
+    if (c->magic != MAGIC_CTX)
+        init_ctx(c, dev, 0, 1);
+    if (c->refcount == 0)
+        rc = attach(dev);
+    if (rc == CUDA_SUCCESS) {
+        c->refcount++;
+        *pctx = c;
+    }
+    pthread_mutex_unlock(&primary_lock);
+    return rc;
+}
+
+static CUresult primary_release(CUdevice dev)
+{
+    CUresult rc = sim_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&primary_lock);
+    struct CUctx_st *c = &primaries[dev];
+    if (c->refcount <= 0) {
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    } else if (--c->refcount == 0) {
+        detach(dev);
+    }
+    pthread_mutex_unlock(&primary_lock);
+    return rc;
+}
+
+SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev); }
+
+SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    CUresult rc = sim_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    pthread_mutex_lock(&primary_lock);
+    if (primaries[dev].refcount > 0) {
+        primaries[dev].refcount = 0;
+        detach(dev);
+    }
+    pthread_mutex_unlock(&primary_lock);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUresult rc = sim_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = primaries[dev].flags;
+    *active = primaries[dev].refcount > 0;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    CUresult rc = sim_check_device(dev);
+    if (rc == CUDA_SUCCESS)
+        primaries[dev].flags = flags;
+    return rc;
+}
+
+static CUresult create(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CUresult rc = sim_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUctx_st *c = malloc(sizeof *c);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    init_ctx(c, dev, flags, 0);
+    rc = attach(dev);
+    if (rc == CUDA_SUCCESS)
+        rc = push(c);
+    if (rc != CUDA_SUCCESS) {
+        free(c);
+        return rc;
+    }
+    *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return create(pctx, flags, dev);
+}
+
+SIM_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                unsigned int flags, CUdevice dev)
+{
+    (void)paramsArray; /* SM affinity is not modelled: the context gets the whole device */
+    (void)numParams;
+    return create(pctx, flags, dev);
+}
+
+SIM_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                                unsigned int flags, CUdevice dev)
+{
+    (void)ctxCreateParams;
+    return create(pctx, flags, dev);
+}
+
+SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!ctx || ctx->magic != MAGIC_CTX || ctx->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    /* Drop it from this thread's stack; other threads' stacks see MAGIC_DEAD and refuse it.
+     * The memory is kept so that a stale handle never reads freed memory. */
+    int w = 0;
+    for (int r = 0; r < ctx_depth; r++)
+        if (ctx_stack[r] != ctx)
+            ctx_stack[w++] = ctx_stack[r];
+    ctx_depth = w;
+    ctx->magic = MAGIC_DEAD;
+    detach(ctx->dev);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (ctx && ctx->magic != MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!ctx) {
+        if (ctx_depth)
+            ctx_depth--;
+        return CUDA_SUCCESS;
+    }
+    if (ctx_depth)
+        ctx_stack[ctx_depth - 1] = ctx;
+    else
+        ctx_stack[ctx_depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc == CUDA_SUCCESS && !pctx)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *pctx = sim_current_ctx();
+    return rc;
+}
+
+SIM_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!ctx || ctx->magic != MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return push(ctx);
+}
+
+SIM_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!ctx_depth)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUctx_st *c = ctx_stack[--ctx_depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+static CUresult ctx_or_current(CUcontext ctx, struct CUctx_st **out)
+{
+    if (!ctx)
+        return sim_require_ctx(out);
+    CUresult rc = sim_cu_ready();
+    if (rc == CUDA_SUCCESS && ctx->magic != MAGIC_CTX)
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS)
+        *out = ctx;
+    return rc;
+}
+
+static CUresult get_device(CUdevice *device, CUcontext ctx)
+{
+    struct CUctx_st *c = NULL;
+    CUresult rc = ctx_or_current(ctx, &c);
+    if (rc == CUDA_SUCCESS && !device)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *device = c->dev;
+    return rc;
+}
+
+SIM_API CUresult cuCtxGetDevice(CUdevice *device) { return get_device(device, NULL); }
+SIM_API CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx) { return get_device(device, ctx); }
+
+static CUresult synchronize(CUcontext ctx)
+{
+    struct CUctx_st *c = NULL;
+    CUresult rc = ctx_or_current(ctx, &c);
+    if (rc == CUDA_SUCCESS) {
+        sim_ctx_wait(c);
+        sim_pools_trim(c->dev);
+    }
+    return rc;
+}
+
+SIM_API CUresult cuCtxSynchronize(void) { return synchronize(NULL); }
+SIM_API CUresult cuCtxSynchronize_v2(CUcontext ctx) { return synchronize(ctx); }

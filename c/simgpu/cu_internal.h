@@ -1,0 +1,119 @@
+/* Process-local objects of the simulated driver API and the helpers its files share. */
+#ifndef HAMI_SIM_CU_INTERNAL_H
+#define HAMI_SIM_CU_INTERNAL_H
+
+#include <pthread.h>
+
+#include "hami_cuda.h"
+#include "sim.h"
+
+/* Every handle starts with a magic number so a stale or foreign handle is refused with
+ * CUDA_ERROR_INVALID_HANDLE instead of being dereferenced as something else. */
+enum sim_magic {
+    MAGIC_CTX = 0x43545831,
+    MAGIC_STREAM = 0x53545231,
+    MAGIC_EVENT = 0x45564e31,
+    MAGIC_MODULE = 0x4d4f4431,
+    MAGIC_FUNC = 0x46554e31,
+    MAGIC_GRAPH = 0x47524131,
+    MAGIC_EXEC = 0x45584531,
+    MAGIC_POOL = 0x504f4f31,
+    MAGIC_ARRAY = 0x41525231,
+    MAGIC_PHYS = 0x50485931,
+    MAGIC_DEAD = 0xdeadbeef,
+};
+
+#define SIM_GRANULARITY (2ULL << 20)  /* VMM and large-allocation page size */
+#define SIM_SMALL_ALIGN 512ULL        /* alignment of small allocations and pitches */
+#define SIM_SMALL_LIMIT (1ULL << 20)  /* up to here allocations round to 512 B */
+
+struct CUstream_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    unsigned int flags;
+    int priority;
+    int64_t tail_ns;          /* end of the last work queued on this stream */
+    struct CUgraph_st *capture; /* non-NULL while capturing */
+};
+
+struct CUctx_st {
+    uint32_t magic;
+    int dev;
+    unsigned int flags;
+    int primary;
+    int refcount; /* primary contexts: retains */
+    int64_t tail_ns; /* end of the last work queued in this context */
+    struct CUstream_st null_stream;
+};
+
+struct CUevent_st {
+    uint32_t magic;
+    unsigned int flags;
+    int recorded;
+    int64_t t_ns;
+};
+
+struct sim_node {
+    int64_t duration_ns;
+};
+
+struct CUgraph_st {
+    uint32_t magic;
+    int count, cap;
+    struct sim_node *nodes;
+};
+
+struct CUgraphExec_st {
+    uint32_t magic;
+    int count;
+    struct sim_node *nodes;
+};
+
+/* ---- cu_device.c ---- */
+/* CUDA_SUCCESS once cuInit succeeded, else the error every other call returns. */
+CUresult sim_cu_ready(void);
+CUresult sim_check_device(CUdevice dev);
+
+/* ---- cu_context.c ---- */
+struct CUctx_st *sim_current_ctx(void);
+/* The current context, or an error when there is none. */
+CUresult sim_require_ctx(struct CUctx_st **out);
+
+/* ---- cu_stream.c ---- */
+/* Resolves a stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream)
+ * in the current context; `per_thread` selects what NULL means (the _ptsz/_ptds variants). */
+CUresult sim_stream(CUstream h, int per_thread, struct CUstream_st **out);
+/* Queues `duration_ns` of kernel work on a stream (or appends it to the graph it captures). */
+CUresult sim_stream_enqueue(struct CUstream_st *s, int64_t duration_ns);
+/* Waits until all work of a context is done (the synchronous copies' implicit wait). */
+void sim_ctx_wait(struct CUctx_st *ctx);
+
+/* ---- cu_pool.c ---- */
+/* Returns unused pool reservations above their release thresholds (at synchronize). */
+void sim_pools_trim(int dev);
+/* Frees an allocation that came from a pool; 0 when `ptr` is not one. */
+int sim_pool_free_ptr(CUdeviceptr ptr);
+
+/* ---- cu_memory.c ---- */
+/* Device memory rounding: 512 B up to 1 MiB, 2 MiB pages above. */
+uint64_t sim_alloc_size(size_t bytes);
+/* Host-backed memory that costs nothing until touched. */
+void *sim_map_memory(size_t bytes);
+
+/* ---- alloc_table.c: live allocations of this process, by base address ---- */
+enum sim_alloc_kind { ALLOC_DEVICE, ALLOC_MANAGED, ALLOC_HOST, ALLOC_POOL };
+struct sim_alloc {
+    uintptr_t base;
+    size_t size;      /* bytes mapped */
+    uint64_t charged; /* bytes counted against the device (0 for host and pool memory) */
+    int dev;
+    enum sim_alloc_kind kind;
+    void *owner; /* the pool of an ALLOC_POOL allocation */
+};
+int sim_alloc_put(const struct sim_alloc *a);
+/* Removes the allocation starting at `base` into *out; -1 when there is none. */
+int sim_alloc_take(uintptr_t base, struct sim_alloc *out);
+/* The allocation containing `addr`; -1 when there is none. */
+int sim_alloc_find(uintptr_t addr, struct sim_alloc *out);
+
+#endif /* HAMI_SIM_CU_INTERNAL_H */

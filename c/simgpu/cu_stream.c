@@ -1,0 +1,269 @@
+/* Streams, events and synchronisation on the analytic device timeline: no worker threads.
+ * Work queued on a stream gets its end time at submission (sim_enqueue_busy); waiting means
+ * sleeping until that time; an event remembers its stream's end time when recorded. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu_internal.h"
+
+/* The per-thread default stream of the calling thread, for the current context. */
+static __thread struct CUstream_st thread_stream;
+
+static struct CUstream_st *per_thread_stream(struct CUctx_st *c)
+{
+    if (thread_stream.ctx != c || thread_stream.magic != MAGIC_STREAM) {
+        memset(&thread_stream, 0, sizeof thread_stream);
+        thread_stream.magic = MAGIC_STREAM;
+        thread_stream.ctx = c;
+    }
+    return &thread_stream;
+}
+
+CUresult sim_stream(CUstream h, int per_thread, struct CUstream_st **out)
+{
+    struct CUctx_st *c = NULL;
+    CUresult rc = sim_require_ctx(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (h == NULL)
+        *out = per_thread ? per_thread_stream(c) : &c->null_stream;
+    else if (h == CU_STREAM_LEGACY)
+        *out = &c->null_stream;
+    else if (h == CU_STREAM_PER_THREAD)
+        *out = per_thread_stream(c);
+    else if (h->magic == MAGIC_STREAM && h->ctx && h->ctx->magic == MAGIC_CTX)
+        *out = h;
+    else
+        return CUDA_ERROR_INVALID_HANDLE;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_stream_enqueue(struct CUstream_st *s, int64_t duration_ns)
+{
+    if (s->capture) {
+        struct CUgraph_st *g = s->capture;
+        if (g->count == g->cap) {
+            int cap = g->cap ? g->cap * 2 : 16;
+            struct sim_node *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
+            if (!nodes)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            g->nodes = nodes;
+            g->cap = cap;
+        }
+        g->nodes[g->count++].duration_ns = duration_ns;
+        return CUDA_SUCCESS;
+    }
+    int64_t end = sim_enqueue_busy(s->ctx->dev, s->tail_ns, duration_ns);
+    s->tail_ns = end;
+    if (end > s->ctx->tail_ns)
+        s->ctx->tail_ns = end;
+    return CUDA_SUCCESS;
+}
+
+void sim_ctx_wait(struct CUctx_st *ctx)
+{
+    int64_t t = ctx->tail_ns;
+    if (thread_stream.ctx == ctx && thread_stream.tail_ns > t)
+        t = thread_stream.tail_ns;
+    if (t > sim_now_ns())
+        sim_sleep_until(t);
+}
+
+static CUresult create_stream(CUstream *phStream, unsigned int flags, int priority)
+{
+    struct CUctx_st *c = NULL;
+    CUresult rc = sim_require_ctx(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phStream || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->magic = MAGIC_STREAM;
+    s->ctx = c;
+    s->flags = flags;
+    s->priority = priority;
+    *phStream = s;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    return create_stream(phStream, Flags, 0);
+}
+
+SIM_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    return create_stream(phStream, flags, priority);
+}
+
+SIM_API CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!hStream || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
+        hStream->magic != MAGIC_STREAM)
+        return CUDA_ERROR_INVALID_HANDLE;
+    /* Queued work still completes on the device timeline; only the handle goes. */
+    hStream->magic = MAGIC_DEAD;
+    free(hStream);
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_sync(CUstream h, int pt)
+{
+    struct CUstream_st *s = NULL;
+    CUresult rc = sim_stream(h, pt, &s);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (s->capture)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (s == &s->ctx->null_stream)
+        sim_ctx_wait(s->ctx); /* the legacy stream waits for every blocking stream */
+    else if (s->tail_ns > sim_now_ns())
+        sim_sleep_until(s->tail_ns);
+    sim_pools_trim(s->ctx->dev);
+    return CUDA_SUCCESS;
+}
+
+static CUresult stream_query(CUstream h, int pt)
+{
+    struct CUstream_st *s = NULL;
+    CUresult rc = sim_stream(h, pt, &s);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    int64_t t = s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
+    return sim_now_ns() >= t ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+static CUresult stream_wait_event(CUstream h, CUevent ev, int pt)
+{
+    struct CUstream_st *s = NULL;
+    CUresult rc = sim_stream(h, pt, &s);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!ev || ev->magic != MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (ev->recorded && ev->t_ns > s->tail_ns)
+        s->tail_ns = ev->t_ns;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuStreamSynchronize(CUstream h) { return stream_sync(h, 0); }
+SIM_API CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_sync(h, 1); }
+SIM_API CUresult cuStreamQuery(CUstream h) { return stream_query(h, 0); }
+SIM_API CUresult cuStreamQuery_ptsz(CUstream h) { return stream_query(h, 1); }
+SIM_API CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int f)
+{
+    (void)f;
+    return stream_wait_event(h, e, 0);
+}
+SIM_API CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f)
+{
+    (void)f;
+    return stream_wait_event(h, e, 1);
+}
+
+SIM_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    struct CUctx_st *c = NULL;
+    CUresult rc = sim_require_ctx(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!phEvent || (Flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                                         CU_EVENT_INTERPROCESS)))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = MAGIC_EVENT;
+    e->flags = Flags;
+    *phEvent = e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult event_record(CUevent ev, CUstream h, int pt)
+{
+    struct CUstream_st *s = NULL;
+    CUresult rc = sim_stream(h, pt, &s);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!ev || ev->magic != MAGIC_EVENT)
+        return CUDA_ERROR_INVALID_HANDLE;
+    int64_t tail = s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
+    int64_t now = sim_now_ns();
+    ev->t_ns = tail > now ? tail : now; /* the device reaches the event after queued work */
+    ev->recorded = 1;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuEventRecord(CUevent e, CUstream h) { return event_record(e, h, 0); }
+SIM_API CUresult cuEventRecord_ptsz(CUevent e, CUstream h) { return event_record(e, h, 1); }
+SIM_API CUresult cuEventRecordWithFlags(CUevent e, CUstream h, unsigned int f)
+{
+    (void)f;
+    return event_record(e, h, 0);
+}
+SIM_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream h, unsigned int f)
+{
+    (void)f;
+    return event_record(e, h, 1);
+}
+
+static CUresult check_event(CUevent ev)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc == CUDA_SUCCESS && (!ev || ev->magic != MAGIC_EVENT))
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    return rc;
+}
+
+SIM_API CUresult cuEventQuery(CUevent ev)
+{
+    CUresult rc = check_event(ev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return (!ev->recorded || sim_now_ns() >= ev->t_ns) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+SIM_API CUresult cuEventSynchronize(CUevent ev)
+{
+    CUresult rc = check_event(ev);
+    if (rc == CUDA_SUCCESS && ev->recorded && ev->t_ns > sim_now_ns())
+        sim_sleep_until(ev->t_ns);
+    return rc;
+}
+
+SIM_API CUresult cuEventDestroy_v2(CUevent ev)
+{
+    CUresult rc = check_event(ev);
+    if (rc == CUDA_SUCCESS) {
+        ev->magic = MAGIC_DEAD;
+        free(ev);
+    }
+    return rc;
+}
+
+static CUresult elapsed(float *ms, CUevent start, CUevent end)
+{
+    CUresult rc = check_event(start);
+    if (rc == CUDA_SUCCESS)
+        rc = check_event(end);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!start->recorded || !end->recorded ||
+        ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING))
+        return CUDA_ERROR_INVALID_HANDLE;
+    int64_t now = sim_now_ns();
+    if (now < start->t_ns || now < end->t_ns)
+        return CUDA_ERROR_NOT_READY;
+    *ms = (float)((double)(end->t_ns - start->t_ns) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuEventElapsedTime(float *ms, CUevent s, CUevent e) { return elapsed(ms, s, e); }
+SIM_API CUresult cuEventElapsedTime_v2(float *ms, CUevent s, CUevent e) { return elapsed(ms, s, e); }

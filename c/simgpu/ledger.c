@@ -1,0 +1,231 @@
+/* The shared ledgers: per-process memory slots with their reaper, the device timeline's busy
+ * intervals, and the XID ring. Every function here takes the state lock itself unless its
+ * name ends in _locked. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+#define REAP_INTERVAL_NS 100000000LL /* liveness checks read /proc: at most every 100 ms */
+
+static pid_t slots_pid;                    /* the process the cached slots belong to */
+static uint64_t my_start_time;
+static int my_slot[SIM_MAX_DEVICES];
+static int64_t last_reap[SIM_MAX_DEVICES];
+
+/* Start time of `pid` in clock ticks since boot; 0 when the process is gone or a zombie
+ * (the real driver frees a process's memory at exit, before its parent reaps it). */
+static uint64_t start_time_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
+    if (!p)
+        return 0;
+    char state = 0;
+    unsigned long long start = 0;
+    /* after ") ": state, then fields 4..21, then starttime (22) */
+    if (sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
+                      "%*d %llu", &state, &start) != 2)
+        return 0;
+    return (state == 'Z' || state == 'X') ? 0 : (uint64_t)start;
+}
+
+void sim_slots_init(void)
+{
+    slots_pid = getpid();
+    my_start_time = start_time_of(slots_pid);
+    for (int i = 0; i < SIM_MAX_DEVICES; i++)
+        my_slot[i] = -1;
+}
+
+void sim_reap_locked(struct sim_device *d, int force)
+{
+    int dev = (int)d->index;
+    int64_t now = sim_now_ns();
+    if (!force && now - last_reap[dev] < REAP_INTERVAL_NS)
+        return;
+    last_reap[dev] = now;
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        struct sim_proc *p = &d->procs[i];
+        if (p->pid == 0 || p->pid == slots_pid)
+            continue;
+        /* Same pid and same start time: the same live process. Without /proc, the
+         * recorded start time is 0 and only the pid's existence can be checked. */
+        int alive = p->start_time ? start_time_of(p->pid) == p->start_time
+                                  : kill(p->pid, 0) == 0;
+        if (!alive)
+            memset(p, 0, sizeof *p);
+    }
+}
+
+/* This process's slot on `d`, claimed on first use; NULL when all slots are taken. */
+static struct sim_proc *my_slot_locked(struct sim_device *d)
+{
+    int dev = (int)d->index;
+    if (slots_pid != getpid()) /* a forked child is a new process with its own memory */
+        sim_slots_init();
+    int i = my_slot[dev];
+    if (i >= 0 && d->procs[i].pid == slots_pid)
+        return &d->procs[i];
+    for (int pass = 0; pass < 2; pass++) {
+        for (i = 0; i < SIM_MAX_PROCS; i++) {
+            if (d->procs[i].pid == 0) {
+                memset(&d->procs[i], 0, sizeof d->procs[i]);
+                d->procs[i].pid = slots_pid;
+                d->procs[i].start_time = my_start_time;
+                my_slot[dev] = i;
+                return &d->procs[i];
+            }
+        }
+        sim_reap_locked(d, 1);
+    }
+    return NULL;
+}
+
+static void release_if_idle(struct sim_proc *p)
+{
+    if (p->used_bytes == 0 && p->contexts == 0)
+        memset(p, 0, sizeof *p);
+}
+
+static uint64_t used_locked(const struct sim_device *d)
+{
+    uint64_t used = 0;
+    for (int i = 0; i < SIM_MAX_PROCS; i++)
+        if (d->procs[i].pid)
+            used += d->procs[i].used_bytes;
+    return used;
+}
+
+int sim_charge(int dev, uint64_t bytes)
+{
+    struct sim_device *d = sim_device(dev);
+    if (!d)
+        return -1;
+    sim_lock();
+    sim_reap_locked(d, 0);
+    if (used_locked(d) + bytes > d->total_bytes) {
+        sim_reap_locked(d, 1); /* a process may have died since the last check */
+        if (used_locked(d) + bytes > d->total_bytes) {
+            sim_unlock();
+            return -1;
+        }
+    }
+    struct sim_proc *p = my_slot_locked(d);
+    if (p)
+        p->used_bytes += bytes;
+    sim_unlock();
+    return p ? 0 : -1;
+}
+
+void sim_uncharge(int dev, uint64_t bytes)
+{
+    struct sim_device *d = sim_device(dev);
+    if (!d)
+        return;
+    sim_lock();
+    struct sim_proc *p = my_slot_locked(d);
+    if (p) {
+        p->used_bytes -= bytes < p->used_bytes ? bytes : p->used_bytes;
+        release_if_idle(p);
+    }
+    sim_unlock();
+}
+
+void sim_context_count(int dev, int delta)
+{
+    struct sim_device *d = sim_device(dev);
+    if (!d)
+        return;
+    sim_lock();
+    struct sim_proc *p = my_slot_locked(d);
+    if (p) {
+        if (delta < 0 && p->contexts < (uint32_t)-delta)
+            p->contexts = 0;
+        else
+            p->contexts += (uint32_t)delta;
+        release_if_idle(p);
+    }
+    sim_unlock();
+}
+
+uint64_t sim_device_used(int dev)
+{
+    struct sim_device *d = sim_device(dev);
+    if (!d)
+        return 0;
+    sim_lock();
+    sim_reap_locked(d, 0);
+    uint64_t used = used_locked(d);
+    sim_unlock();
+    return used;
+}
+
+int64_t sim_enqueue_busy(int dev, int64_t after_ns, int64_t duration_ns)
+{
+    struct sim_device *d = sim_device(dev);
+    int64_t now = sim_now_ns();
+    if (!d)
+        return now;
+    sim_lock();
+    int64_t start = now > d->busy_until_ns ? now : d->busy_until_ns;
+    if (after_ns > start)
+        start = after_ns;
+    int64_t end = start + duration_ns;
+    d->busy_until_ns = end;
+    struct sim_busy *last = d->busy_count ? &d->busy[(d->busy_count - 1) % SIM_BUSY_RING] : NULL;
+    if (last && last->pid == slots_pid && last->end_ns == start) {
+        last->end_ns = end; /* back-to-back kernels of one process: one interval */
+    } else {
+        struct sim_busy *b = &d->busy[d->busy_count % SIM_BUSY_RING];
+        b->start_ns = start;
+        b->end_ns = end;
+        b->pid = slots_pid;
+        d->busy_count++;
+    }
+    sim_unlock();
+    return end;
+}
+
+int64_t sim_busy_ns_locked(const struct sim_device *d, int64_t from, int64_t to, int32_t pid)
+{
+    int64_t total = 0;
+    uint64_t n = d->busy_count < SIM_BUSY_RING ? d->busy_count : SIM_BUSY_RING;
+    /* Newest first; intervals start in timeline order, so stop once one ends before `from`. */
+    for (uint64_t k = 0; k < n; k++) {
+        const struct sim_busy *b = &d->busy[(d->busy_count - 1 - k) % SIM_BUSY_RING];
+        if (b->end_ns <= from)
+            break;
+        if (pid && b->pid != pid)
+            continue;
+        int64_t s = b->start_ns > from ? b->start_ns : from;
+        int64_t e = b->end_ns < to ? b->end_ns : to;
+        if (e > s)
+            total += e - s;
+    }
+    return total;
+}
+
+int sim_inject_xid(int dev, uint64_t xid)
+{
+    struct sim_device *d = sim_device(dev);
+    if (!d)
+        return -1;
+    sim_lock();
+    uint64_t seq = ++d->xid_count;
+    struct sim_xid *x = &d->xids[(seq - 1) % SIM_XID_RING];
+    x->seq = seq;
+    x->xid = xid;
+    x->time_ns = sim_now_ns();
+    sim_unlock();
+    return 0;
+}

@@ -1,0 +1,224 @@
+/* Simulated NVML: initialisation, versions, error strings and device identity/memory. */
+#include <stdio.h>
+#include <string.h>
+
+#include "nvml_internal.h"
+
+static int init_count; /* nvmlInit may be called repeatedly; each needs a shutdown */
+static struct nvmlDevice_st handles[SIM_MAX_DEVICES];
+
+nvmlReturn_t sim_nvml_device(nvmlDevice_t h, struct sim_device **out)
+{
+    if (!__atomic_load_n(&init_count, __ATOMIC_ACQUIRE))
+        return NVML_ERROR_UNINITIALIZED;
+    if (!h || h < handles || h >= handles + SIM_MAX_DEVICES || !(*out = sim_device(h->index)))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+nvmlDevice_t sim_nvml_handle(int index) { return &handles[index]; }
+
+static nvmlReturn_t init(void)
+{
+    switch (sim_open()) {
+    case SIM_READY:
+        for (int i = 0; i < SIM_MAX_DEVICES; i++)
+            handles[i].index = i;
+        __atomic_add_fetch(&init_count, 1, __ATOMIC_ACQ_REL);
+        return NVML_SUCCESS;
+    case SIM_BAD_CONFIG:
+        return NVML_ERROR_GPU_NOT_FOUND;
+    default:
+        return NVML_ERROR_OPERATING_SYSTEM;
+    }
+}
+
+SIM_API nvmlReturn_t nvmlInit_v2(void) { return init(); }
+SIM_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    return init();
+}
+
+SIM_API nvmlReturn_t nvmlShutdown(void)
+{
+    int n = __atomic_load_n(&init_count, __ATOMIC_ACQUIRE);
+    if (n == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    __atomic_sub_fetch(&init_count, 1, __ATOMIC_ACQ_REL);
+    return NVML_SUCCESS;
+}
+
+#define RETURN_TEXT(name, value, text) case name: return text;
+SIM_API const char *nvmlErrorString(nvmlReturn_t result)
+{
+    switch (result) {
+        HAMI_NVML_RETURNS(RETURN_TEXT)
+    default: return "Unknown Error";
+    }
+}
+
+static nvmlReturn_t copy_string(char *dst, unsigned int len, const char *src)
+{
+    if (!dst)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(src) + 1 > len)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(dst, src, strlen(src) + 1);
+    return NVML_SUCCESS;
+}
+
+SIM_API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    return copy_string(version, length, SIM_NVML_DRIVER_VERSION);
+}
+
+SIM_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    return copy_string(version, length, SIM_NVML_LIB_VERSION);
+}
+
+static nvmlReturn_t cuda_version(int *v)
+{
+    if (!v)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *v = SIM_CUDA_DRIVER_VERSION;
+    return NVML_SUCCESS;
+}
+
+SIM_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { return cuda_version(v); }
+SIM_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return cuda_version(v); }
+
+SIM_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    if (!__atomic_load_n(&init_count, __ATOMIC_ACQUIRE))
+        return NVML_ERROR_UNINITIALIZED;
+    if (!deviceCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *deviceCount = (unsigned int)sim_device_count();
+    return NVML_SUCCESS;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    if (!__atomic_load_n(&init_count, __ATOMIC_ACQUIRE))
+        return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= (unsigned int)sim_device_count())
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &handles[index];
+    return NVML_SUCCESS;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    if (!__atomic_load_n(&init_count, __ATOMIC_ACQUIRE))
+        return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < sim_device_count(); i++) {
+        if (strcmp(sim_device(i)->uuid, uuid) == 0) {
+            *device = &handles[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t h, char *name, unsigned int length)
+{
+    struct sim_device *d;
+    nvmlReturn_t rc = sim_nvml_device(h, &d);
+    return rc == NVML_SUCCESS ? copy_string(name, length, d->name) : rc;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int length)
+{
+    struct sim_device *d;
+    nvmlReturn_t rc = sim_nvml_device(h, &d);
+    return rc == NVML_SUCCESS ? copy_string(uuid, length, d->uuid) : rc;
+}
+
+/* Index, minor number and NUMA node are all small per-device integers. */
+static nvmlReturn_t device_uint(nvmlDevice_t h, unsigned int *out, int which)
+{
+    struct sim_device *d;
+    nvmlReturn_t rc = sim_nvml_device(h, &d);
+    if (rc == NVML_SUCCESS && !out)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS)
+        *out = which == 2 ? (unsigned int)d->numa_node : d->index;
+    return rc;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t h, unsigned int *i) { return device_uint(h, i, 0); }
+SIM_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned int *m)
+{
+    return device_uint(h, m, 1);
+}
+SIM_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t h, unsigned int *n)
+{
+    return device_uint(h, n, 2);
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *memory)
+{
+    struct sim_device *d;
+    nvmlReturn_t rc = sim_nvml_device(h, &d);
+    if (rc == NVML_SUCCESS && !memory)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc != NVML_SUCCESS)
+        return rc;
+    uint64_t used = sim_device_used((int)d->index);
+    memory->total = d->total_bytes;
+    memory->used = used;
+    memory->free = used < d->total_bytes ? d->total_bytes - used : 0;
+    return NVML_SUCCESS;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *memory)
+{
+    struct sim_device *d;
+    nvmlReturn_t rc = sim_nvml_device(h, &d);
+    if (rc == NVML_SUCCESS && !memory)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS && memory->version != nvmlMemory_v2)
+        rc = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (rc != NVML_SUCCESS)
+        return rc;
+    uint64_t used = sim_device_used((int)d->index);
+    memory->total = d->total_bytes;
+    memory->reserved = 0; /* the simulator sets nothing aside for the driver */
+    memory->used = used;
+    memory->free = used < d->total_bytes ? d->total_bytes - used : 0;
+    return NVML_SUCCESS;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci)
+{
+    struct sim_device *d;
+    nvmlReturn_t rc = sim_nvml_device(h, &d);
+    if (rc == NVML_SUCCESS && !pci)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc != NVML_SUCCESS)
+        return rc;
+    memset(pci, 0, sizeof *pci);
+    pci->bus = d->pci_bus;
+    pci->pciDeviceId = 0x20b010de; /* device id << 16 | NVIDIA's vendor id */
+    pci->pciSubSystemId = 0x134f10de;
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", d->pci_bus);
+    snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", d->pci_bus);
+    return NVML_SUCCESS;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t h, int *major, int *minor)
+{
+    struct sim_device *d;
+    nvmlReturn_t rc = sim_nvml_device(h, &d);
+    if (rc == NVML_SUCCESS && (!major || !minor))
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS) {
+        *major = d->cc_major;
+        *minor = d->cc_minor;
+    }
+    return rc;
+}

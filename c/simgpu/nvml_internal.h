@@ -1,0 +1,17 @@
+/* Objects and helpers shared by the simulated NVML's files. */
+#ifndef HAMI_SIM_NVML_INTERNAL_H
+#define HAMI_SIM_NVML_INTERNAL_H
+
+#include "hami_nvml.h"
+#include "sim.h"
+
+/* A device handle is the address of one of these; it only carries the index. */
+struct nvmlDevice_st {
+    int index;
+};
+
+/* The device behind a handle, or why there is none (uninitialised, bad handle). */
+nvmlReturn_t sim_nvml_device(nvmlDevice_t h, struct sim_device **out);
+nvmlDevice_t sim_nvml_handle(int index);
+
+#endif /* HAMI_SIM_NVML_INTERNAL_H */

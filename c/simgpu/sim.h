@@ -1,0 +1,93 @@
+/* Internal interface shared by the simulated driver's C files (not installed, not exported).
+ *
+ * Rule for every exported entry point: it calls only static or internal (hidden) functions,
+ * never another exported entry point, so that a preloaded shim interposing the API counts
+ * each call exactly once. The libraries are also linked with -Bsymbolic as a second guard.
+ */
+#ifndef HAMI_SIM_H
+#define HAMI_SIM_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sim_state.h"
+
+#define SIM_API __attribute__((visibility("default")))
+
+/* Driver identity reported by both libraries. */
+#define SIM_CUDA_DRIVER_VERSION 13000
+#define SIM_NVML_DRIVER_VERSION "580.65.06"
+#define SIM_NVML_LIB_VERSION "13.580.65.06"
+
+/* ---- configuration (config.c): pure functions of the environment's text ---- */
+
+#define SIM_DEFAULT_GPUS "40g/108/NVIDIA A100-SXM4-40GB,40g/108/NVIDIA A100-SXM4-40GB"
+#define SIM_DEFAULT_SMS 108
+#define SIM_DEFAULT_NAME "NVIDIA A100-SXM4-40GB"
+
+struct sim_gpu_spec {
+    uint64_t memory;
+    uint32_t sms;
+    char name[SIM_NAME_LEN];
+};
+
+struct sim_config {
+    int count;
+    struct sim_gpu_spec gpus[SIM_MAX_DEVICES];
+};
+
+/* Parses HAMI_SIM_GPUS text; on failure returns -1 with one line naming the bad part. */
+int sim_config_parse(const char *text, struct sim_config *out, char *err, size_t errlen);
+/* "16g", "512m", "1073741824" (binary multiples); 0 when malformed. */
+uint64_t sim_parse_size(const char *text);
+/* Fills a device record's identity (name, UUID, compute capability, PCI, NUMA). */
+void sim_device_identity(struct sim_device *dev, int index, const struct sim_gpu_spec *spec,
+                         const char *uuid_seed);
+
+/* ---- shared state (state.c) ---- */
+
+enum sim_status {
+    SIM_READY = 0,
+    SIM_BAD_CONFIG = 1, /* HAMI_SIM_GPUS malformed: already reported on stderr */
+    SIM_NO_STATE = 2,   /* the state file could not be created or mapped: reported */
+};
+
+/* Opens (once per process) the configuration and the state file. Safe from any thread and
+ * any entry point, including calls from other libraries' constructors. */
+enum sim_status sim_open(void);
+int sim_device_count(void);
+struct sim_device *sim_device(int index);
+uint64_t sim_ctx_overhead(void);
+
+void sim_lock(void);
+void sim_unlock(void);
+
+int64_t sim_now_ns(void);
+void sim_sleep_until(int64_t t_ns);
+
+/* Device memory accounting for this process. sim_charge returns 0, or -1 when the device
+ * lacks `bytes` even after reclaiming dead processes' memory. */
+int sim_charge(int dev, uint64_t bytes);
+void sim_uncharge(int dev, uint64_t bytes);
+void sim_context_count(int dev, int delta);
+/* Memory in use on the device by live processes (takes the lock, reaps the dead). */
+uint64_t sim_device_used(int dev);
+/* Called once the state is mapped: remembers who this process is. */
+void sim_slots_init(void);
+/* Frees the slots of processes that are gone; caller holds the lock. */
+void sim_reap_locked(struct sim_device *d, int force);
+
+/* Queues `duration_ns` of work on the device timeline, not before `after_ns`; returns its
+ * end time. */
+int64_t sim_enqueue_busy(int dev, int64_t after_ns, int64_t duration_ns);
+/* Busy nanoseconds of `pid` (0: any process) on the device within [from, to); caller holds
+ * the lock. */
+int64_t sim_busy_ns_locked(const struct sim_device *d, int64_t from, int64_t to, int32_t pid);
+/* Records an XID event on a device (used by hami-sim inject-xid). */
+int sim_inject_xid(int dev, uint64_t xid);
+
+/* ---- helpers ---- */
+static inline uint64_t sim_round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+#endif /* HAMI_SIM_H */

@@ -1,0 +1,112 @@
+/* Layout of the simulated GPUs' shared state: one file, $HAMI_SIM_STATE/gpus.state, mapped
+ * MAP_SHARED by every process that loads the simulated libcuda or libnvidia-ml.
+ *
+ * Fixed-width fields only, little-endian x86-64/aarch64, reserved space at the end of every
+ * record so a later version can grow without moving anything. The Python mirror
+ * (hami_sim/gpu/state.py) repeats this layout; both sides assert the sizes and offsets below
+ * (the C side at compile time here, the Python side in tests/sim/test_state_layout.py).
+ *
+ * Locking: `lock` is a process-shared robust pthread mutex guarding every mutable field. A
+ * process killed while holding it leaves it EOWNERDEAD; the next locker marks it consistent
+ * and recomputes nothing, because every update is written so that a torn one is harmless
+ * (counters are per-process slots; the device total is their sum).
+ *
+ * A file whose magic, version, size or configuration does not match is replaced (a new file
+ * renamed over the old one), never repaired in place: processes still mapping the old inode
+ * keep running undisturbed.
+ */
+#ifndef HAMI_SIM_STATE_H
+#define HAMI_SIM_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_STATE_MAGIC 0x314d4953494d4148ULL /* "HAMISIM1" read as little-endian bytes */
+#define SIM_STATE_VERSION 1
+#define SIM_STATE_FILE "gpus.state"
+
+#define SIM_MAX_DEVICES 16
+#define SIM_MAX_PROCS 64   /* processes per device */
+#define SIM_BUSY_RING 1024 /* busy intervals per device, for utilization */
+#define SIM_XID_RING 64    /* XID events per device */
+#define SIM_NAME_LEN 96
+#define SIM_UUID_LEN 48
+#define SIM_CONFIG_LEN 1024
+#define SIM_LOCK_BYTES 64
+
+/* One process using one device. pid 0 marks a free slot. */
+struct sim_proc {
+    int32_t pid;
+    uint32_t contexts;   /* live contexts of this process on this device */
+    uint64_t start_time; /* field 22 of /proc/<pid>/stat: guards against pid reuse */
+    uint64_t used_bytes; /* device memory this process holds (allocations, pools, ctx) */
+    uint64_t reserved[5];
+};
+
+/* Time the device was busy with one process's kernels, CLOCK_MONOTONIC nanoseconds. */
+struct sim_busy {
+    int64_t start_ns;
+    int64_t end_ns;
+    int32_t pid;
+    uint32_t reserved;
+};
+
+/* One injected XID error; `seq` counts from 1 per device. */
+struct sim_xid {
+    uint64_t seq;
+    uint64_t xid;
+    int64_t time_ns;
+    uint64_t reserved;
+};
+
+struct sim_device {
+    uint64_t total_bytes;
+    uint32_t index;
+    uint32_t sms;
+    char name[SIM_NAME_LEN];
+    char uuid[SIM_UUID_LEN]; /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    int32_t cc_major;
+    int32_t cc_minor;
+    uint32_t pci_bus;
+    int32_t numa_node;
+    int64_t busy_until_ns; /* end of the last kernel queued on the device timeline */
+    uint64_t busy_count;   /* intervals ever written; the newest is busy[(count-1) % RING] */
+    uint64_t xid_count;    /* XIDs ever injected; the newest is xids[(count-1) % RING] */
+    uint8_t reserved[248];
+    struct sim_proc procs[SIM_MAX_PROCS];
+    struct sim_busy busy[SIM_BUSY_RING];
+    struct sim_xid xids[SIM_XID_RING];
+};
+
+struct sim_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t header_size;
+    uint64_t total_size;
+    uint32_t device_count;
+    uint32_t device_size;
+    char config[SIM_CONFIG_LEN]; /* the HAMI_SIM_GPUS / seed text this file was built from */
+    uint8_t lock[SIM_LOCK_BYTES]; /* pthread_mutex_t, robust and process-shared */
+    uint8_t reserved[928];
+};
+
+struct sim_state {
+    struct sim_header header;
+    struct sim_device devices[SIM_MAX_DEVICES];
+};
+
+/* The numbers the Python mirror asserts too. */
+_Static_assert(sizeof(struct sim_proc) == 64, "sim_proc size");
+_Static_assert(sizeof(struct sim_busy) == 24, "sim_busy size");
+_Static_assert(sizeof(struct sim_xid) == 32, "sim_xid size");
+_Static_assert(offsetof(struct sim_device, busy_until_ns) == 176, "busy_until_ns offset");
+_Static_assert(offsetof(struct sim_device, procs) == 448, "procs offset");
+_Static_assert(offsetof(struct sim_device, busy) == 4544, "busy offset");
+_Static_assert(offsetof(struct sim_device, xids) == 29120, "xids offset");
+_Static_assert(sizeof(struct sim_device) == 31168, "sim_device size");
+_Static_assert(offsetof(struct sim_header, config) == 32, "config offset");
+_Static_assert(offsetof(struct sim_header, lock) == 1056, "lock offset");
+_Static_assert(sizeof(struct sim_header) == 2048, "sim_header size");
+_Static_assert(sizeof(struct sim_state) == 2048 + 16 * 31168, "sim_state size");
+
+#endif /* HAMI_SIM_STATE_H */

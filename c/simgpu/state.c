@@ -1,0 +1,237 @@
+/* Opening the configuration and the shared state file, once per process. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+_Static_assert(sizeof(pthread_mutex_t) <= SIM_LOCK_BYTES, "mutex fits the lock field");
+
+static pthread_once_t open_once = PTHREAD_ONCE_INIT;
+static enum sim_status open_status = SIM_NO_STATE;
+static struct sim_state *state;
+static uint64_t ctx_overhead;
+
+/* mkdir -p with mode 0700 for the directories it creates. */
+static int make_dirs(const char *path)
+{
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return (mkdir(buf, 0700) < 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static void state_dir(char *out, size_t len)
+{
+    const char *dir = getenv("HAMI_SIM_STATE");
+    if (dir && dir[0]) {
+        snprintf(out, len, "%s", dir);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, len, "%s/hami-sim-%u", (tmp && tmp[0]) ? tmp : "/tmp", (unsigned)getuid());
+}
+
+/* Why an existing mapping cannot be used, or NULL when it can. */
+static const char *mismatch(const struct sim_state *s, off_t size, const char *config)
+{
+    static char why[128];
+    if (size != (off_t)sizeof(struct sim_state)) {
+        snprintf(why, sizeof why, "has size %lld, expected %zu", (long long)size,
+                 sizeof(struct sim_state));
+        return why;
+    }
+    if (s->header.magic != SIM_STATE_MAGIC)
+        return "has a bad magic number";
+    if (s->header.version != SIM_STATE_VERSION) {
+        snprintf(why, sizeof why, "is version %u, expected %u", s->header.version,
+                 SIM_STATE_VERSION);
+        return why;
+    }
+    if (s->header.header_size != sizeof(struct sim_header) ||
+        s->header.device_size != sizeof(struct sim_device) ||
+        s->header.total_size != sizeof(struct sim_state))
+        return "has a different layout";
+    if (strncmp(s->header.config, config, SIM_CONFIG_LEN) != 0)
+        return "was built for another HAMI_SIM_GPUS / HAMI_SIM_UUID_SEED";
+    return NULL;
+}
+
+static void init_lock(struct sim_state *s)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init((pthread_mutex_t *)(void *)s->header.lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+}
+
+/* Writes a fresh state file next to `path` and renames it over `path`. */
+static int rebuild(const char *path, const struct sim_config *cfg, const char *config,
+                   const char *seed)
+{
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.%d.new", path, (int)getpid());
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    int rc = -1;
+    if (ftruncate(fd, sizeof(struct sim_state)) == 0) {
+        struct sim_state *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (s != MAP_FAILED) {
+            s->header.version = SIM_STATE_VERSION;
+            s->header.header_size = sizeof(struct sim_header);
+            s->header.total_size = sizeof(struct sim_state);
+            s->header.device_count = (uint32_t)cfg->count;
+            s->header.device_size = sizeof(struct sim_device);
+            memcpy(s->header.config, config, strnlen(config, SIM_CONFIG_LEN - 1));
+            init_lock(s);
+            for (int i = 0; i < cfg->count; i++)
+                sim_device_identity(&s->devices[i], i, &cfg->gpus[i], seed);
+            __atomic_store_n(&s->header.magic, SIM_STATE_MAGIC, __ATOMIC_RELEASE);
+            munmap(s, sizeof *s);
+            rc = rename(tmp, path);
+        }
+    }
+    close(fd);
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
+}
+
+/* Maps the state file, replacing it when it does not match; serialised by flock, which the
+ * kernel drops when a holder dies. */
+static struct sim_state *map_state(const char *dir, const struct sim_config *cfg,
+                                   const char *config, const char *seed)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, SIM_STATE_FILE) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    int lockfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (lockfd < 0 || flock(lockfd, LOCK_EX) < 0) {
+        if (lockfd >= 0)
+            close(lockfd);
+        return NULL;
+    }
+    struct sim_state *s = NULL;
+    for (int attempt = 0; attempt < 2 && !s; attempt++) {
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0) {
+            s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (s == MAP_FAILED)
+                s = NULL;
+            const char *why = s ? mismatch(s, st.st_size, config) : "cannot be mapped";
+            if (why) {
+                fprintf(stderr, "hami-sim: state file %s %s; rebuilding it\n", path, why);
+                if (s)
+                    munmap(s, sizeof *s);
+                s = NULL;
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+        if (!s && attempt == 0 && rebuild(path, cfg, config, seed) < 0)
+            break;
+    }
+    flock(lockfd, LOCK_UN);
+    close(lockfd);
+    return s;
+}
+
+static void open_once_fn(void)
+{
+    char err[256];
+    const char *gpus = getenv("HAMI_SIM_GPUS");
+    const char *seed = getenv("HAMI_SIM_UUID_SEED");
+    const char *overhead = getenv("HAMI_SIM_CTX_OVERHEAD");
+    static struct sim_config cfg;
+    if (!gpus || !gpus[0])
+        gpus = SIM_DEFAULT_GPUS;
+    if (sim_config_parse(gpus, &cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "hami-sim: HAMI_SIM_GPUS='%s': %s\n", gpus, err);
+        open_status = SIM_BAD_CONFIG;
+        return;
+    }
+    if (overhead && overhead[0] && strcmp(overhead, "0") != 0) {
+        ctx_overhead = sim_parse_size(overhead);
+        if (!ctx_overhead) {
+            fprintf(stderr, "hami-sim: HAMI_SIM_CTX_OVERHEAD='%s' is not a size like 300m\n",
+                    overhead);
+            open_status = SIM_BAD_CONFIG;
+            return;
+        }
+    }
+    char dir[PATH_MAX], config[SIM_CONFIG_LEN];
+    state_dir(dir, sizeof dir);
+    /* Longer texts are cut: two configurations differing only past 1 KiB share a file. */
+    if (snprintf(config, sizeof config, "gpus=%s;seed=%s", gpus, seed ? seed : "") >=
+        (int)sizeof config)
+        config[sizeof config - 1] = '\0';
+    if (make_dirs(dir) < 0 || !(state = map_state(dir, &cfg, config, seed))) {
+        fprintf(stderr, "hami-sim: cannot use state directory %s (HAMI_SIM_STATE): %s\n", dir,
+                strerror(errno));
+        open_status = SIM_NO_STATE;
+        return;
+    }
+    sim_slots_init();
+    open_status = SIM_READY;
+}
+
+enum sim_status sim_open(void)
+{
+    pthread_once(&open_once, open_once_fn);
+    return open_status;
+}
+
+int sim_device_count(void) { return sim_open() == SIM_READY ? (int)state->header.device_count : 0; }
+
+struct sim_device *sim_device(int index)
+{
+    if (sim_open() != SIM_READY || index < 0 || index >= (int)state->header.device_count)
+        return NULL;
+    return &state->devices[index];
+}
+
+uint64_t sim_ctx_overhead(void) { return ctx_overhead; }
+
+void sim_lock(void)
+{
+    pthread_mutex_t *m = (pthread_mutex_t *)(void *)state->header.lock;
+    /* The previous holder died mid-update; every field stays valid (see sim_state.h). */
+    if (pthread_mutex_lock(m) == EOWNERDEAD)
+        pthread_mutex_consistent(m);
+}
+
+void sim_unlock(void) { pthread_mutex_unlock((pthread_mutex_t *)(void *)state->header.lock); }
+
+int64_t sim_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void sim_sleep_until(int64_t t_ns)
+{
+    struct timespec ts = {.tv_sec = t_ns / 1000000000LL, .tv_nsec = t_ns % 1000000000LL};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}

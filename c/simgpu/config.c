@@ -131,12 +131,20 @@ static uint64_t fnv1a(const char *s, uint64_t h)
     return h;
 }
 
+/* splitmix64's finaliser: spreads FNV's similar outputs for similar keys over all bits. */
+static uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 static void make_uuid(char *out, size_t len, int index, const char *seed)
 {
     char key[SIM_CONFIG_LEN + 32];
     snprintf(key, sizeof key, "hami-sim/%s/%d", seed ? seed : "", index);
-    uint64_t hi = fnv1a(key, 0xcbf29ce484222325ULL);
-    uint64_t lo = fnv1a(key, hi ^ 0x9e3779b97f4a7c15ULL);
+    uint64_t hi = mix(fnv1a(key, 0xcbf29ce484222325ULL));
+    uint64_t lo = mix(hi ^ 0x9e3779b97f4a7c15ULL);
     snprintf(out, len, "GPU-%08x-%04x-%04x-%04x-%012llx", (unsigned)(hi >> 32),
              (unsigned)(hi >> 16) & 0xffff, (unsigned)hi & 0xffff, (unsigned)(lo >> 48),
              (unsigned long long)(lo & 0xffffffffffffULL));

@@ -166,11 +166,16 @@ typedef struct HAMI_T(CUctxCreateParams_st) {
     HAMI_T(CUctxCigParam) *cigParams;
 } HAMI_T(CUctxCreateParams);
 
-/* Only the members the simulator reads; `pad` fixes the real 64-byte size. */
+/* Only the members the simulator reads, `pad` for the real 64-byte size and one
+ * pointer-holding member for the real 8-byte alignment. */
 typedef union HAMI_T(CUlaunchAttributeValue_union) {
     char pad[64];
     int cooperative;
     int priority;
+    struct {
+        CUevent event;
+        int flags;
+    } launchCompletionEvent;
 } HAMI_T(CUlaunchAttributeValue);
 
 typedef struct HAMI_T(CUlaunchAttribute_st) {

@@ -58,3 +58,12 @@ def test_status_without_state_and_bad_xid_device_fail_clearly(tmp_path, sim):
     assert result.returncode == 1 and "has any program used the simulated GPUs" in result.stderr
     result = hami_sim("inject-xid", "7", "79", env=sim.env)
     assert result.returncode == 1 and "no simulated device 7" in result.stderr
+
+
+def test_demo_tours_devices_kernels_and_out_of_memory(sim):
+    result = hami_sim("demo", env=sim.env)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "GPU 0: NVIDIA A100-SXM4-40GB" in out and "GPU 1: Tesla T4" in out
+    assert "spin: 20 kernels of 5 ms" in out
+    assert "another 8 GiB -> CUDA_ERROR_OUT_OF_MEMORY" in out

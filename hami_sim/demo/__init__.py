@@ -1,0 +1,1 @@
+"""Demos on simulated hardware."""

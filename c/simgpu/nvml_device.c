@@ -18,6 +18,12 @@ nvmlReturn_t sim_nvml_device(nvmlDevice_t h, struct sim_device **out)
 
 nvmlDevice_t sim_nvml_handle(int index) { return &handles[index]; }
 
+nvmlReturn_t sim_nvml_device_arg(nvmlDevice_t h, struct sim_device **out, const void *out_arg)
+{
+    nvmlReturn_t rc = sim_nvml_device(h, out);
+    return (rc == NVML_SUCCESS && !out_arg) ? NVML_ERROR_INVALID_ARGUMENT : rc;
+}
+
 static nvmlReturn_t init(void)
 {
     switch (sim_open()) {
@@ -142,9 +148,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int 
 static nvmlReturn_t device_uint(nvmlDevice_t h, unsigned int *out, int which)
 {
     struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !out)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = sim_nvml_device_arg(h, &d, out);
     if (rc == NVML_SUCCESS)
         *out = which == 2 ? (unsigned int)d->numa_node : d->index;
     return rc;
@@ -160,45 +164,45 @@ SIM_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t h, unsigned int *n)
     return device_uint(h, n, 2);
 }
 
-SIM_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *memory)
+/* Total and used bytes of a device; used counts only live processes. */
+static nvmlReturn_t memory_of(nvmlDevice_t h, const void *out, uint64_t *total, uint64_t *used)
 {
     struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !memory)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
-    if (rc != NVML_SUCCESS)
-        return rc;
-    uint64_t used = sim_device_used((int)d->index);
-    memory->total = d->total_bytes;
-    memory->used = used;
-    memory->free = used < d->total_bytes ? d->total_bytes - used : 0;
-    return NVML_SUCCESS;
+    nvmlReturn_t rc = sim_nvml_device_arg(h, &d, out);
+    if (rc == NVML_SUCCESS) {
+        *total = d->total_bytes;
+        *used = sim_device_used((int)d->index);
+        if (*used > *total)
+            *used = *total;
+    }
+    return rc;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *memory)
+{
+    uint64_t total, used;
+    nvmlReturn_t rc = memory_of(h, memory, &total, &used);
+    if (rc == NVML_SUCCESS)
+        *memory = (nvmlMemory_t){.total = total, .free = total - used, .used = used};
+    return rc;
 }
 
 SIM_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *memory)
 {
-    struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !memory)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
+    uint64_t total, used;
+    nvmlReturn_t rc = memory_of(h, memory, &total, &used);
     if (rc == NVML_SUCCESS && memory->version != nvmlMemory_v2)
         rc = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    if (rc != NVML_SUCCESS)
-        return rc;
-    uint64_t used = sim_device_used((int)d->index);
-    memory->total = d->total_bytes;
-    memory->reserved = 0; /* the simulator sets nothing aside for the driver */
-    memory->used = used;
-    memory->free = used < d->total_bytes ? d->total_bytes - used : 0;
-    return NVML_SUCCESS;
+    if (rc == NVML_SUCCESS) /* the simulator reserves nothing for the driver */
+        *memory = (nvmlMemory_v2_t){.version = memory->version, .total = total, .reserved = 0,
+                                    .free = total - used, .used = used};
+    return rc;
 }
 
 SIM_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci)
 {
     struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !pci)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = sim_nvml_device_arg(h, &d, pci);
     if (rc != NVML_SUCCESS)
         return rc;
     memset(pci, 0, sizeof *pci);

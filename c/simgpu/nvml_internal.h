@@ -13,5 +13,7 @@ struct nvmlDevice_st {
 /* The device behind a handle, or why there is none (uninitialised, bad handle). */
 nvmlReturn_t sim_nvml_device(nvmlDevice_t h, struct sim_device **out);
 nvmlDevice_t sim_nvml_handle(int index);
+/* sim_nvml_device, and NVML_ERROR_INVALID_ARGUMENT when the output pointer `out_arg` is NULL. */
+nvmlReturn_t sim_nvml_device_arg(nvmlDevice_t h, struct sim_device **out, const void *out_arg);
 
 #endif /* HAMI_SIM_NVML_INTERNAL_H */

@@ -16,9 +16,7 @@ static unsigned int percent(int64_t busy, int64_t window)
 SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u)
 {
     struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !u)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = sim_nvml_device_arg(h, &d, u);
     if (rc != NVML_SUCCESS)
         return rc;
     int64_t now = sim_now_ns();
@@ -37,9 +35,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h,
                                                      unsigned long long lastSeenTimeStamp)
 {
     struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !count)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = sim_nvml_device_arg(h, &d, count);
     if (rc != NVML_SUCCESS)
         return rc;
     int64_t now = sim_now_ns();
@@ -74,9 +70,7 @@ static nvmlReturn_t processes(nvmlDevice_t h, unsigned int *count, nvmlProcessIn
                               int compute)
 {
     struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !count)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = sim_nvml_device_arg(h, &d, count);
     if (rc != NVML_SUCCESS)
         return rc;
     nvmlProcessInfo_t found[SIM_MAX_PROCS];
@@ -136,9 +130,7 @@ SIM_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 SIM_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t h, unsigned long long *types)
 {
     struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !types)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = sim_nvml_device_arg(h, &d, types);
     if (rc == NVML_SUCCESS)
         *types = nvmlEventTypeXidCriticalError;
     return rc;
@@ -148,9 +140,7 @@ SIM_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t h, unsigned long long
                                               nvmlEventSet_t set)
 {
     struct sim_device *d;
-    nvmlReturn_t rc = sim_nvml_device(h, &d);
-    if (rc == NVML_SUCCESS && !set)
-        rc = NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = sim_nvml_device_arg(h, &d, set);
     if (rc == NVML_SUCCESS && (types & ~(unsigned long long)nvmlEventTypeXidCriticalError))
         rc = NVML_ERROR_NOT_SUPPORTED;
     if (rc != NVML_SUCCESS)

@@ -71,7 +71,7 @@ CONSTANT_CHECKS = '''
 def test_cuda_declarations_match_the_real_cuda_h(tmp_path):
     api = INCLUDE / "hami_cuda_api.h"
     declared = set(PROTO.findall(api.read_text()))
-    rows = ROW.findall((INCLUDE / "hami_cuda_procs.h").read_text())
+    rows = ROW.findall((INCLUDE / "hami_cuda_procs_table.h").read_text())
     assert len(declared) > 100 and len(rows) > 150
     has_typedefs = (CUDA_INCLUDE / "cudaTypedefs.h").is_file()
     parts = ["#include <stdint.h>", "#include <stddef.h>",
@@ -117,3 +117,11 @@ def test_the_checks_catch_a_wrong_constant(tmp_path):
     source = CONSTANT_CHECKS + "enum { REAL = 2 };\n#define LIST(X) X(REAL, 3)\nLIST(HAMI_SAME)\n"
     with pytest.raises(AssertionError, match="REAL"):
         compile_check(source, tmp_path, [])
+
+
+@pytest.mark.skipif(not (CUDA_INCLUDE / "cudaTypedefs.h").is_file(), reason="no cudaTypedefs.h")
+def test_committed_entry_point_table_is_what_the_generator_makes():
+    generated = subprocess.run([sys.executable, str(ROOT / "c/tools/gen_cuda_procs.py"),
+                                str(CUDA_INCLUDE / "cudaTypedefs.h")],
+                               capture_output=True, text=True, check=True, timeout=60).stdout
+    assert generated == (INCLUDE / "hami_cuda_procs_table.h").read_text()

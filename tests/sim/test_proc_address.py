@@ -9,7 +9,7 @@ ROW = re.compile(r"X\((\w+), (\d+), (DEFAULT|PTDS|PTSZ), (\w+), (\w+)\)")
 
 def table_rows():
     """(api, version, flavour, symbol) for every row of the committed table."""
-    text = (ROOT / "c/include/hami_cuda_procs.h").read_text()
+    text = (ROOT / "c/include/hami_cuda_procs_table.h").read_text()
     return [(a, int(v), f, s) for a, v, f, s, _ in ROW.findall(text)]
 
 

@@ -77,3 +77,23 @@ def test_reading_a_missing_or_foreign_file_is_a_clear_error(tmp_path):
     foreign.write_bytes(b"\1" * ctypes.sizeof(state.SimState))
     with pytest.raises(state.StateError, match="not a version-1"):
         state.read_state(foreign)
+
+
+def test_a_process_killed_while_holding_the_lock_blocks_nobody(sim):
+    import json
+    import signal
+    sim.run(ALLOC)
+    holder = sim.spawn(f'''
+        import mmap
+        f = open({str(sim.state_dir / state.STATE_FILE)!r}, "r+b")
+        m = mmap.mmap(f.fileno(), 0)
+        buf = (ctypes.c_char * len(m)).from_buffer(m)
+        lock = ctypes.c_void_p(ctypes.addressof(buf) + {state.SimHeader.lock.offset})
+        say(locked=ctypes.CDLL(None).pthread_mutex_lock(lock))
+        time.sleep(60)
+    ''')
+    assert json.loads(holder.stdout.readline()) == {"locked": 0}
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    out, _ = sim.run(ALLOC, timeout=20)  # recovers the robust mutex instead of hanging
+    assert out == [{"used": 1024**2}]

@@ -1,5 +1,6 @@
 """Simulated-GPU tier: real child processes driving the simulated libcuda / libnvidia-ml
 through cuda-python and pynvml. Each test gets its own state directory."""
+import json
 import os
 import signal
 import subprocess
@@ -63,7 +64,7 @@ class SimGpu:
         out, err = proc.communicate(timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"child failed ({proc.returncode}):\n{err}")
-        return [__import__("json").loads(line) for line in out.splitlines() if line], err
+        return [json.loads(line) for line in out.splitlines() if line], err
 
     def close(self):
         for proc in self.children:

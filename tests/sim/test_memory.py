@@ -1,5 +1,7 @@
 """Device memory: finite, shared by processes, reclaimed when a process dies, real bytes."""
+import json
 import signal
+import subprocess
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -13,8 +15,8 @@ HOLD = '''
 
 
 def test_two_processes_share_one_device(sim):
-    a = sim.spawn(HOLD.format(dev=0, size=GiB), stdin=__import__("subprocess").PIPE)
-    first = __import__("json").loads(a.stdout.readline())
+    a = sim.spawn(HOLD.format(dev=0, size=GiB), stdin=subprocess.PIPE)
+    first = json.loads(a.stdout.readline())
     assert first["total"] == 4 * GiB and first["free"] == 3 * GiB
     out, _ = sim.run('''
         ctx = context(0)
@@ -43,8 +45,6 @@ def test_out_of_memory_at_physical_capacity(sim):
 
 
 def test_memory_of_a_killed_process_is_reclaimed(sim):
-    import json
-    import subprocess
     victim = sim.spawn(HOLD.format(dev=1, size=1536 * MiB), stdin=subprocess.PIPE)
     assert json.loads(victim.stdout.readline())["free"] == 512 * MiB
     probe = '''
@@ -101,8 +101,6 @@ def test_allocation_rounding_pitch_managed_and_host(sim):
 
 
 def test_nvml_sees_processes_and_memory(sim):
-    import json
-    import subprocess
     holder = sim.spawn(HOLD.format(dev=0, size=GiB), stdin=subprocess.PIPE)
     json.loads(holder.stdout.readline())
     out, _ = sim.run(f'''
@@ -118,3 +116,18 @@ def test_nvml_sees_processes_and_memory(sim):
                     "total2": 4 * GiB, "procs": [[holder.pid, GiB]]}]
     holder.stdin.close()
     holder.wait(timeout=10)
+
+
+def test_context_overhead_is_device_memory_of_the_process(sim):
+    env = {**sim.env, "HAMI_SIM_CTX_OVERHEAD": "256m"}
+    out, _ = sim.run('''
+        import pynvml
+        ctx = context(1)
+        free, total = ok(cu.cuMemGetInfo())
+        pynvml.nvmlInit()
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(1))
+        ok(cu.cuCtxDestroy(ctx))
+        say(used=total - free, nvml=[p.usedGpuMemory for p in procs if p.pid == os.getpid()],
+            after=len(pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(1))))
+    ''', env=env)
+    assert out == [{"used": 256 * MiB, "nvml": [256 * MiB], "after": 0}]

@@ -1,6 +1,7 @@
 """cuGetProcAddress follows the shared versioned entry-point table (hami_cuda_procs.h)."""
 import json
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,6 @@ LOOKUP = '''
 
 
 def test_every_implemented_row_resolves_to_its_symbol(sim):
-    import subprocess
     rows = table_rows()
     child = sim.spawn(LOOKUP, stdin=subprocess.PIPE)
     out, err = child.communicate(json.dumps(rows) + "\n", timeout=30)
@@ -62,7 +62,6 @@ def test_every_implemented_row_resolves_to_its_symbol(sim):
 
 
 def test_library_exports_only_table_symbols_and_the_xid_hook():
-    import subprocess
     table = {row[3] for row in table_rows()}
     lib = ROOT / "hami_sim/lib"
     cuda = subprocess.run(["nm", "-D", "--defined-only", str(lib / "libcuda.so.1")],

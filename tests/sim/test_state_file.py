@@ -1,5 +1,7 @@
 """The shared state file: one layout on both sides, and a broken file is replaced, not fatal."""
 import ctypes
+import json
+import signal
 import subprocess
 from pathlib import Path
 
@@ -80,8 +82,6 @@ def test_reading_a_missing_or_foreign_file_is_a_clear_error(tmp_path):
 
 
 def test_a_process_killed_while_holding_the_lock_blocks_nobody(sim):
-    import json
-    import signal
     sim.run(ALLOC)
     holder = sim.spawn(f'''
         import mmap

@@ -33,10 +33,16 @@ def test_blocks_beyond_the_sm_count_run_in_waves(sim):
             ok(cu.cuEventRecord(end, stream))
             ok(cu.cuEventSynchronize(end))
             times.append(ok(cu.cuEventElapsedTime(start, end)))
+        library = ok(cu.cuLibraryLoadData(b"x", None, None, 0, None, None, 0))
+        kernel = ok(cu.cuKernelGetFunction(ok(cu.cuLibraryGetKernel(library, b"spin"))))
+        spin(f, 50_000_000, stream)
+        ok(cu.cuEventRecord(start, stream)); spin(kernel, 3_000_000, stream)
+        ok(cu.cuEventRecord(end, stream)); ok(cu.cuEventSynchronize(end))
+        times.append(ok(cu.cuEventElapsedTime(start, end)))
         say(ms=times, missing=error_name(cu.cuModuleGetFunction(
             ok(cu.cuModuleLoadData(b"x")), b"matmul")))
     ''')
-    assert out[0]["ms"] == [2.0, 2.0, 4.0, 6.0]
+    assert out[0]["ms"] == [2.0, 2.0, 4.0, 6.0, 3.0]  # the last through cuLibrary*
     assert out[0]["missing"] == "CUDA_ERROR_NOT_FOUND"
 
 

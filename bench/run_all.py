@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TRACES = HERE.parent.parent / "shared" / "traces" / "openb"
 
 BENCHES = [
     ("simgpu_bench.py", []),

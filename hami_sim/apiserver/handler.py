@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .server import App
 
 _BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+_DRAIN_LIMIT = 64 * 1024 * 1024
 _REASON = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 409: "Conflict",
            410: "Gone", 413: "Request Entity Too Large", 415: "Unsupported Media Type",
            422: "Unprocessable Entity", 500: "Internal Server Error"}
@@ -71,7 +72,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 raise bad_request("Content-Length is not a number") from e
             if length > self.app.max_body:
-                self.close_connection = True  # the unread body makes the connection unusable
+                self._discard(length)
                 raise ApiError(413, "RequestEntityTooLarge", f"the request body is {length} "
                                f"bytes, more than the limit of {self.app.max_body}")
             raw = self.rfile.read(length) if length else b""
@@ -81,6 +82,17 @@ class Handler(BaseHTTPRequestHandler):
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise bad_request(f"the request body is not valid JSON: {e}") from e
+
+    def _discard(self, length: int) -> None:
+        """Reads and drops an oversized body, so the client can read our 413 instead of a
+        broken pipe; absurd sizes are not worth reading and just close the connection."""
+        self.close_connection = True
+        if length <= _DRAIN_LIMIT:
+            while length > 0:
+                got = self.rfile.read(min(length, 1 << 20))
+                if not got:
+                    break
+                length -= len(got)
 
     def _read_chunked(self) -> bytes:
         chunks, total = [], 0

@@ -66,9 +66,9 @@ class App:
             return api.list(res, ns, query)
         if verb == "create" and not target.name:
             return api.create(res, ns, body)
-        if verb == "update":
+        if verb == "update" and target.name:
             return api.update(res, ns, target.name, target.sub, body)
-        if verb == "patch":
+        if verb == "patch" and target.name:
             return api.patch(res, ns, target.name, target.sub, content_type, body)
         if verb == "delete" and not target.sub:
             return api.delete(res, ns, target.name, body)
@@ -172,7 +172,7 @@ class ApiServer:
                                            do_handshake_on_connect=False)
         self._httpd = httpd
         self.app.address = "%s:%d" % httpd.server_address[:2]
-        self._spawn(httpd.serve_forever, "apiserver-http")
+        self._spawn(lambda: httpd.serve_forever(poll_interval=0.05), "apiserver-http")
         if self.state_file:
             self._spawn(self._save_loop, "apiserver-state")
         return self

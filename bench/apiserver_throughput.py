@@ -109,6 +109,20 @@ def watch_fanout(url, watchers, events) -> float:
     return sum(received) / (time.monotonic() - start)
 
 
+def official_client(url, seconds) -> float:
+    """Requests per second of CoreV1Api.read_namespaced_pod from one thread (the official
+    client's own cost included: this is what the node agent and control plane see)."""
+    from kubernetes import client
+    cfg = client.Configuration()
+    cfg.host = url
+    v1 = client.CoreV1Api(client.ApiClient(cfg))
+    count, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        v1.read_namespaced_pod(f"pod-{count % 100}", "default")
+        count += 1
+    return count / seconds
+
+
 def main() -> int:
     """Runs every figure and prints them."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -129,6 +143,9 @@ def main() -> int:
             figures[f"{kind}_per_s"] = round(run_clients(url, kind, args.seconds, args.clients))
             print(f"{kind:>6}: {figures[f'{kind}_per_s']:>7} req/s "
                   f"({args.clients} keep-alive clients)", flush=True)
+        figures["client_get_per_s"] = round(official_client(url, args.seconds))
+        print(f"client: {figures['client_get_per_s']:>7} req/s (official client, one thread, "
+              "deserialising V1Pod)", flush=True)
         figures["watch_events_per_s"] = round(watch_fanout(url, args.watchers, args.events))
         print(f" watch: {figures['watch_events_per_s']:>7} events/s delivered "
               f"({args.watchers} watchers, {args.events} writes)", flush=True)

@@ -176,13 +176,14 @@ class KubeletDouble:
         except AllocationError as e:
             self._failed(uid, pod, e)
             return
+        # Files first: whoever waits on the in-memory state may read them next.
+        for rec in allocations:
+            self.records.save_allocation(rec)
+        self.records.clear_failure(meta["namespace"], meta["name"])
         with self._cond:
             self._admitted[uid] = allocations
             self._failures.pop(uid, None)
             self._retry_at.pop(uid, None)
-        for rec in allocations:
-            self.records.save_allocation(rec)
-        self.records.clear_failure(meta["namespace"], meta["name"])
         self.status.pod_running(pod)
         if allocations:
             self.log(f"pod {meta['namespace']}/{meta['name']}: devices allocated to "
@@ -196,10 +197,10 @@ class KubeletDouble:
         delay = min(self.retry_base * (2 ** (attempts - 1)), self.retry_max)
         failure = AllocationFailure(meta["namespace"], meta["name"], uid, err.container,
                                     err.resource, err.message, attempts, delay)
+        self.records.save_failure(failure)
         with self._cond:
             self._failures[uid] = failure
             self._retry_at[uid] = time.monotonic() + delay
-        self.records.save_failure(failure)
         if prev is None or prev.message != err.message:
             self.log(f"pod {meta['namespace']}/{meta['name']}: allocation failed: {err.message}")
             self.status.pod_event(pod, "FailedAllocation",

@@ -32,8 +32,8 @@ setup(
     install_requires=[
         "cuda-python>=12.6,<14",
         "nvidia-ml-py>=12.560,<14",
-        "grpcio>=1.60,<2",
-        "protobuf>=5.26,<8",
+        "grpcio>=1.85.1,<2",
+        "protobuf>=7.35.1,<8",
         "kubernetes>=29,<38",
         "bottle>=0.13,<0.14",
         "cheroot>=10,<12",

@@ -1,0 +1,99 @@
+"""Reusable pytest fixtures for the simulated cluster. In a tier's conftest.py:
+
+    from hami_sim.testing import *  # noqa: F401,F403  (fixtures are picked up by name)
+
+Fixtures (each cleans up after itself, also when the test fails):
+- apiserver: RunningApiServer, in-process, plain HTTP, on a free loopback port
+- apiserver_process: RunningApiServer as a real `hami-sim apiserver` process
+- kube_api_client: kubernetes.client.ApiClient for `apiserver`
+- core_v1: kubernetes.client.CoreV1Api for `apiserver`
+- kubeconfig_file: Path of a kubeconfig for `apiserver`
+- plugin_dir: a short temporary device plugin directory
+- kubelet: RunningKubelet (in-process KubeletDouble as .kubelet) for node "node-1" in plugin_dir
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from .launch import (RunningApiServer, RunningKubelet, short_tempdir, start_apiserver,
+                     start_kubelet)
+
+__all__ = ["pod_manifest", "apiserver", "apiserver_process", "kube_api_client", "core_v1", "kubeconfig_file",
+           "plugin_dir", "kubelet", "start_apiserver", "start_kubelet", "RunningApiServer",
+           "RunningKubelet"]
+
+
+def pod_manifest(name: str, containers=None, namespace=None, **meta) -> dict:
+    """A minimal valid pod manifest (one busybox container unless containers are given)."""
+    metadata = {"name": name, **meta}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": {"containers": containers or [{"name": "main", "image": "busybox:1.36"}]}}
+
+
+@pytest.fixture
+def apiserver(tmp_path) -> RunningApiServer:
+    """An in-process API server double (HTTP on 127.0.0.1, a free port)."""
+    running = start_apiserver(workdir=tmp_path / "apiserver", bookmark_interval=0.5)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def apiserver_process(tmp_path) -> RunningApiServer:
+    """The API server double as a real `hami-sim apiserver` process."""
+    running = start_apiserver(process=True, workdir=tmp_path / "apiserver-proc")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def kube_api_client(apiserver):
+    """A kubernetes.client.ApiClient configured for `apiserver`."""
+    client = apiserver.api_client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def core_v1(kube_api_client):
+    """kubernetes.client.CoreV1Api for `apiserver`."""
+    from kubernetes import client
+    return client.CoreV1Api(kube_api_client)
+
+
+@pytest.fixture
+def kubeconfig_file(apiserver):
+    """Path of a kubeconfig pointing at `apiserver`."""
+    return apiserver.kubeconfig
+
+
+@pytest.fixture
+def plugin_dir():
+    """A device plugin directory with a short path (Unix socket length limit)."""
+    path = short_tempdir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def kubelet(apiserver, plugin_dir, tmp_path) -> RunningKubelet:
+    """An in-process kubelet double for node `node-1`, syncing every 0.1 s."""
+    running = start_kubelet("node-1", plugin_dir, apiserver, record_dir=tmp_path / "records",
+                            sync_interval=0.1, retry_base=0.2, retry_max=2.0,
+                            log=lambda msg: None)
+    try:
+        yield running
+    finally:
+        running.stop()

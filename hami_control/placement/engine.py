@@ -53,6 +53,9 @@ class Engine:
         node_name = request.node_policy or self.config.node_policy
         gpu_name = request.gpu_policy or self.config.gpu_policy
         node_policy, gpu_policy = self.registry.resolve(node_name, gpu_name)
+        node_policy.prepare(view)
+        if gpu_policy is not node_policy:
+            gpu_policy.prepare(view)
         if self.config.learn:
             self.registry.observe(request)
         entry = self._entry(view, request, node_policy, gpu_policy)

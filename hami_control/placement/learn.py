@@ -1,21 +1,33 @@
 """The workload model learned online from the pods the engine has seen (a live server has no
-trace to read): class frequencies, re-estimated at doubling intervals so that caches keyed on
-the model version stay valid most of the time."""
+trace to read): class frequencies, and how much CPU and memory GPU pods bring per GPU share.
+
+It is re-estimated at doubling intervals (16, 32, 64, ... pods, then every `max_interval`) so
+that the engine's caches, keyed on the model version, stay valid most of the time.
+"""
 from collections import Counter
 
-from hami_control.placement.workload import PodClass, Workload, typical_classes
+from hami_control.placement.workload import PodClass, typical_classes
+
+
+class WorkloadEstimate:
+    """One estimate: typical classes with frequencies, CPU and memory per thousandth of GPU."""
+
+    def __init__(self, classes, cpu_per_milli: float, mem_per_milli: float, version: int):
+        self.classes, self.version = classes, version
+        self.cpu_per_milli, self.mem_per_milli = cpu_per_milli, mem_per_milli
 
 
 class OnlineWorkload:
-    """Counts pod classes; `current` is the Workload estimated from them."""
+    """Counts pod classes and resource ratios; `current` is the latest estimate."""
 
-    def __init__(self, popularity: float = 0.95, use_mem: bool = True, first_refresh: int = 16,
-                 max_interval: int = 2048):
-        self.popularity, self.use_mem = popularity, use_mem
+    def __init__(self, popularity: float = 0.95, first_refresh: int = 16,
+                 max_interval: int = 1024):
+        self.popularity = popularity
         self.counts = Counter()
         self.seen = 0
+        self.gpu_milli = self.gpu_cpu = self.gpu_mem = 0
         self._next, self._interval, self._max = first_refresh, first_refresh, max_interval
-        self.current = Workload([], use_mem=use_mem, version=0)
+        self.current = WorkloadEstimate([], 0.0, 0.0, 0)
 
     @property
     def version(self) -> int:
@@ -24,10 +36,21 @@ class OnlineWorkload:
 
     def observe(self, request) -> None:
         """Count one pod; re-estimate when the next refresh point is reached."""
-        self.counts[PodClass.of(request, with_mem=self.use_mem)] += 1
+        cls = PodClass.of(request, with_mem=False)
+        self.counts[cls] += 1
         self.seen += 1
+        if cls.demand:
+            self.gpu_milli += cls.demand
+            self.gpu_cpu += request.cpu_milli
+            self.gpu_mem += request.memory_mib
         if self.seen >= self._next:
             self._interval = min(self._interval * 2, self._max)
             self._next = self.seen + self._interval
-            self.current = Workload(typical_classes(self.counts, self.popularity),
-                                    use_mem=self.use_mem, version=self.current.version + 1)
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Re-estimate now."""
+        milli = self.gpu_milli or 1
+        self.current = WorkloadEstimate(typical_classes(self.counts, self.popularity),
+                                        self.gpu_cpu / milli, self.gpu_mem / milli,
+                                        self.current.version + 1)

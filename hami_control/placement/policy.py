@@ -13,6 +13,9 @@ class GpuPolicy(Protocol):
 
     name: str
 
+    def prepare(self, view) -> None:
+        """Called with the view before each decision (policies that need cluster context)."""
+
     def pick(self, node, candidates: Sequence[int], ctr, request) -> Sequence[int]:
         """`ctr.nums` positions out of `candidates` (all fit; more than needed)."""
 
@@ -24,6 +27,9 @@ class NodePolicy(Protocol):
     name: str
     random_ties: bool        # break ties at random (kube-scheduler) or by node order
     version: int             # changes when the policy's scores would (e.g. a learned model)
+
+    def prepare(self, view) -> None:
+        """Called with the view before each decision (policies that need cluster context)."""
 
     def score(self, node, request, plan) -> float:
         """The node's score for the plan (device positions per container)."""
@@ -58,6 +64,9 @@ def node_load_after(node, request, plan) -> float:
 class _Base:
     random_ties = False
     version = 0
+
+    def prepare(self, view) -> None:
+        return None
 
     def normalize(self, scores: np.ndarray) -> np.ndarray:
         return scores

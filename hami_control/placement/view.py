@@ -62,6 +62,7 @@ class ClusterView:
         self.versions = np.zeros(0, dtype=np.int64)
         self.epoch = 0                    # bumped when nodes come or go (positions change)
         self.caches: dict = {}            # owned by the engine; reset with the epoch
+        self._static_cache = None
 
     # --- nodes -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -83,6 +84,8 @@ class ClusterView:
             self.nodes[old.position] = node
             self._by_name[name] = node
             self.versions[node.position] = node.version
+            self.epoch += 1               # the GPU inventory may have changed
+            self.caches.clear()
         else:
             self._by_name[name] = node
             self.nodes.append(node)
@@ -103,6 +106,25 @@ class ClusterView:
         self.versions = np.array([n.version for n in self.nodes], dtype=np.int64)
         self.epoch += 1
         self.caches.clear()
+
+    def gpus_by_type(self) -> dict:
+        """Registered GPUs per lower-case type name (cached until nodes come or go)."""
+        return self._static()[0]
+
+    def largest(self) -> tuple:
+        """(most millicores, most GPUs x 1000) of any node (cached until nodes come or go)."""
+        return self._static()[1]
+
+    def _static(self) -> tuple:
+        if self._static_cache is None or self._static_cache[0] != self.epoch:
+            types = {}
+            for node in self.nodes:
+                for dev in node.devices:
+                    types[dev.type_lower] = types.get(dev.type_lower, 0) + 1
+            largest = (max((n.cpu_capacity or 0 for n in self.nodes), default=0),
+                       max((len(n.devices) * 1000 for n in self.nodes), default=0) or 1000)
+            self._static_cache = (self.epoch, (types, largest))
+        return self._static_cache[1]
 
     def _touch(self, node: Node) -> None:
         node.version += 1

@@ -1,0 +1,105 @@
+"""The placement data model: devices and nodes with their usage, plans and decisions."""
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from hami_common.node_register import DeviceInfo
+from hami_common.pod_devices import ContainerDevice
+
+
+class PlacementError(Exception):
+    """The placement engine was asked something it cannot answer (unknown policy, bad view)."""
+
+
+class Device:
+    """One physical GPU of a node: what it is (registered) and what is taken of it."""
+
+    __slots__ = ("uuid", "index", "type", "type_lower", "numa", "count", "devmem", "devcore",
+                 "health", "cordoned", "used", "usedmem", "usedcores")
+
+    def __init__(self, info: DeviceInfo, cordoned: bool = False):
+        self.uuid, self.index, self.type = info.id, info.index, info.type
+        self.type_lower = info.type.lower()
+        self.numa, self.count, self.devmem, self.devcore = info.numa, info.count, info.devmem, \
+            info.devcore
+        self.health, self.cordoned = info.health, cordoned
+        self.used = self.usedmem = self.usedcores = 0
+
+    def share_free(self) -> int:
+        """Free fraction of the GPU in thousandths (cores and memory, whichever is scarcer)."""
+        if self.used >= self.count or not self.health or self.cordoned:
+            return 0
+        cores = (self.devcore - self.usedcores) * 1000 // self.devcore if self.devcore else 0
+        mem = (self.devmem - self.usedmem) * 1000 // self.devmem if self.devmem else 0
+        return max(0, min(cores, mem))
+
+    def __repr__(self):
+        return (f"Device({self.uuid}, {self.type}, used={self.used}/{self.count}, "
+                f"mem={self.usedmem}/{self.devmem}, cores={self.usedcores}/{self.devcore})")
+
+
+class Node:
+    """A node of the cluster view: its GPUs, and optionally its CPU/memory for resource fit."""
+
+    __slots__ = ("name", "devices", "cpu_capacity", "mem_capacity", "cpu_used", "mem_used",
+                 "version", "position")
+
+    def __init__(self, name: str, devices, cpu_capacity: Optional[int] = None,
+                 mem_capacity: Optional[int] = None):
+        self.name, self.devices = name, list(devices)
+        self.cpu_capacity, self.mem_capacity = cpu_capacity, mem_capacity
+        self.cpu_used = self.mem_used = 0
+        self.version = 0          # bumped on every change; caches compare it
+        self.position = -1        # index in the view's node list
+
+    @property
+    def cpu_free(self) -> float:
+        """Free millicores (infinite when the node does not report CPU)."""
+        return float("inf") if self.cpu_capacity is None else self.cpu_capacity - self.cpu_used
+
+    @property
+    def mem_free(self) -> float:
+        """Free MiB of memory (infinite when the node does not report memory)."""
+        return float("inf") if self.mem_capacity is None else self.mem_capacity - self.mem_used
+
+    def device(self, uuid: str) -> Optional[Device]:
+        """The device with that UUID, if the node has it."""
+        for dev in self.devices:
+            if dev.uuid == uuid:
+                return dev
+        return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer for one pod: a node and per-container GPU slices, or a refusal with reasons.
+
+    `devices` follows the pod's container order (init containers first, GPU-less containers as
+    empty tuples), ready for `hami_common.pod_devices.encode`. `failed` maps the nodes that did
+    not fit to their reason text (filled when the engine was asked to explain).
+    """
+
+    node: Optional[str]
+    devices: tuple = ()
+    score: float = 0.0
+    failed: Mapping[str, str] = field(default_factory=dict)
+    message: str = ""
+    policy: tuple = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether a node was found."""
+        return self.node is not None
+
+    def gpu_share(self) -> float:
+        """GPUs allocated, each slice counted by its cores share (a whole card is 1.0)."""
+        return sum(d.usedcores for ctr in self.devices for d in ctr) / 100.0
+
+
+def plan_devices(node: Node, containers, plan) -> tuple:
+    """ContainerDevice tuples for a plan (device positions per container) on a node."""
+    out = []
+    for ctr, positions in zip(containers, plan):
+        out.append(tuple(ContainerDevice(uuid=node.devices[i].uuid,
+                                         usedmem=ctr.memory_on(node.devices[i].devmem),
+                                         usedcores=ctr.cores) for i in positions))
+    return tuple(out)

@@ -74,7 +74,9 @@ def _webhook_result(answer: dict) -> str:
 
 def make_app(endpoints: Endpoints, max_body: int) -> bottle.Bottle:
     """The Bottle application."""
-    app = bottle.Bottle(catchall=False, autojson=False)
+    app = bottle.Bottle()
+    app.config["catchall"] = False          # the routes answer their own errors as JSON
+    app.config["json.enable"] = False
 
     def verb(name: str, handler: Callable[[object], dict]):
         def route():

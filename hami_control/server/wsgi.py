@@ -20,6 +20,8 @@ class HttpServer:
         self._server = wsgi.Server((host, port), app, numthreads=threads,
                                    server_name="hami-control", timeout=30,
                                    shutdown_timeout=2, request_queue_size=128)
+        # How often the accept loop looks up from select(): also how long stop() waits.
+        self._server.expiration_interval = 0.1
         self._tls = bool(tls_cert)
         if tls_cert:
             self._server.ssl_adapter = _ssl_adapter(tls_cert, tls_key)

@@ -3,9 +3,11 @@
 
 The pods' annotations are the truth: the view holds what they say, plus the reservations the
 extender made and is writing. While a filter writes a pod's annotations, the pod is `pending`:
-watch events for it (possibly older than the write) are ignored until the write succeeds
-(`confirm`, with the version it produced) or fails (`rollback`). Events older than the last
-version applied to a pod are ignored too, so a late event never undoes a newer decision.
+watch events for it (possibly older than the write) are held back until the write succeeds
+(`confirm`, with the version it produced: only a newer event still applies) or fails
+(`rollback`: the newest event held back is the truth, e.g. a write that landed although its
+answer was lost; without one, the reservation from before). Events older than the last version
+applied to a pod are ignored, so a late event never undoes a newer decision.
 
 The engine places without collecting reasons (that costs a pass over every node); only when a
 pod fits nowhere does the `explainer` (an engine sharing the same policies and caches) say why
@@ -39,6 +41,11 @@ def make_state(node_policy: str = "fragaware", gpu_policy: str = "fragaware") ->
 class _PodRecord:
     rv: Optional[int] = None        # newest resourceVersion applied
     pending: int = 0                # token of the filter writing the pod's annotations
+    held: Optional[tuple] = None    # (rv, reservation) of the newest event while pending
+
+
+def _newer(rv: Optional[int], than: Optional[int]) -> bool:
+    return rv is None or than is None or rv > than
 
 
 @dataclass(frozen=True)
@@ -97,9 +104,11 @@ class SchedulerState:
                 self._pods.pop(key, None)
                 return
             record = self._pods.setdefault(key, _PodRecord())
-            if record.pending:
-                return
             if rv is not None and record.rv is not None and rv <= record.rv:
+                return
+            if record.pending:
+                if record.held is None or _newer(rv, record.held[0]):
+                    record.held = (rv, reservation)
                 return
             record.rv = rv
             self._set(key, reservation)
@@ -158,6 +167,11 @@ class SchedulerState:
             record.pending = 0
             if rv is not None:
                 record.rv = max(rv, record.rv or 0)
+            held, record.held = record.held, None
+            if held is not None and held[0] is not None and \
+                    (record.rv is None or held[0] > record.rv):
+                record.rv = held[0]
+                self._set(key, held[1])
 
     def rollback(self, key: str, placement: Placement) -> None:
         """The filter's write failed: back to the reservation the pod held before."""
@@ -166,7 +180,12 @@ class SchedulerState:
             if record is None or record.pending != placement.token:
                 return            # deleted meanwhile: nothing to restore
             record.pending = 0
-            self._set(key, placement.previous)
+            held, record.held = record.held, None
+            if held is not None:
+                record.rv = held[0] if held[0] is not None else record.rv
+                self._set(key, held[1])
+            else:
+                self._set(key, placement.previous)
 
     # --- reading -------------------------------------------------------------------------
     def reservation(self, key: str) -> Optional[Reservation]:

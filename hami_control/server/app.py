@@ -16,6 +16,7 @@ from hami_control.errors import BadRequest
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
+_DRAIN_LIMIT = 8        # bodies up to 8x the cap are read and dropped; larger ones cut off
 
 
 @dataclass
@@ -38,6 +39,14 @@ def _json(status: int, body) -> bottle.HTTPResponse:
                                headers={"Content-Type": JSON})
 
 
+def _drain(stream, length: int) -> None:
+    while length > 0:
+        chunk = stream.read(min(length, 1 << 16))
+        if not chunk:
+            return
+        length -= len(chunk)
+
+
 def read_json(max_body: int):
     """The request body decoded as JSON; BadRequest (400/411/413) says what is wrong."""
     env = bottle.request.environ
@@ -49,11 +58,14 @@ def read_json(max_body: int):
         except ValueError as e:
             raise BadRequest(f"Content-Length {length_text!r} is not a number") from e
         if length > max_body:
+            if length <= _DRAIN_LIMIT * max_body:     # read it, so the client sees the answer
+                _drain(env["wsgi.input"], length)
             raise BadRequest(f"the body is {length} bytes; at most {max_body} are accepted", 413)
         data = env["wsgi.input"].read(length) if length > 0 else b""
     elif chunked:
         data = env["wsgi.input"].read(max_body + 1)
         if len(data) > max_body:
+            _drain(env["wsgi.input"], (_DRAIN_LIMIT - 1) * max_body)
             raise BadRequest(f"the body is over {max_body} bytes, the most accepted", 413)
     else:
         raise BadRequest("a JSON body with a Content-Length is required", 411)

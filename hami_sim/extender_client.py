@@ -22,8 +22,8 @@ class ExtenderError(RuntimeError):
     """hami-control answered something a caller cannot use (a non-200 status, a denial)."""
 
 
-class ExtenderClient:
-    """Talks to hami-control the way the API server and kube-scheduler do."""
+class JsonHttp:
+    """A small keep-alive HTTP(S) JSON client (one connection per thread)."""
 
     def __init__(self, url: str, ca_file: str | None = None, timeout: float = 30.0):
         parts = urlsplit(url)
@@ -59,14 +59,26 @@ class ExtenderClient:
                     raise
         raise AssertionError("unreachable")
 
-    def post(self, path: str, body) -> tuple:
-        """POSTs JSON; (status, decoded answer)."""
+    def post(self, path: str, body, method: str = "POST",
+             content_type: str = "application/json") -> tuple:
+        """Sends JSON; (status, decoded answer)."""
         data = json.dumps(body, separators=(",", ":")).encode()
-        status, raw = self.request("POST", path, data, {"Content-Type": "application/json"})
+        status, raw = self.request(method, path, data, {"Content-Type": content_type})
         try:
             return status, json.loads(raw)
         except ValueError:
             return status, raw.decode(errors="replace")
+
+    def close(self) -> None:
+        """Closes this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class ExtenderClient(JsonHttp):
+    """Talks to hami-control the way the API server and kube-scheduler do."""
 
     def _ok(self, path: str, body) -> dict:
         status, answer = self.post(path, body)
@@ -104,13 +116,6 @@ class ExtenderClient:
         """ExtenderBindingResult."""
         return self._ok("/bind", {"PodName": name, "PodNamespace": namespace, "PodUID": uid,
                                   "Node": node})
-
-    def close(self) -> None:
-        """Closes this thread's connection."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
 
 
 def finish_allocation(core_v1, namespace: str, name: str, node: str,

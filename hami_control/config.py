@@ -159,6 +159,19 @@ def _tls(args) -> tuple:
     return args.tls_cert, args.tls_key
 
 
+def _defaults(args) -> RequestDefaults:
+    for key, value, low, high in (("--default-mem", args.default_mem, 0, None),
+                                  ("--default-cores", args.default_cores, 0, 100),
+                                  ("--default-gpu-num", args.default_gpu_num, 0, None)):
+        if value < low or (high is not None and value > high):
+            raise ConfigError(key, f"{value} is out of range ({low}.."
+                                   f"{high if high is not None else ''})")
+    try:
+        return RequestDefaults(args.default_mem, args.default_cores, args.default_gpu_num)
+    except RequestError as e:
+        raise ConfigError("--default-mem", str(e)) from e
+
+
 def from_args(argv) -> ControlConfig:
     """The configuration for a command line; ConfigError names the flag that is wrong.
 
@@ -168,10 +181,7 @@ def from_args(argv) -> ControlConfig:
     cert, key = _tls(args)
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
         raise ConfigError("--kubeconfig", f"file {args.kubeconfig!r} does not exist")
-    try:
-        defaults = RequestDefaults(args.default_mem, args.default_cores, args.default_gpu_num)
-    except RequestError as e:
-        raise ConfigError("--default-mem/--default-cores/--default-gpu-num", str(e)) from e
+    defaults = _defaults(args)
     if not args.scheduler_name:
         raise ConfigError("--scheduler-name", "must not be empty")
     if args.threads < 1:

@@ -23,6 +23,9 @@ def _serve(config) -> int:
     except ApiError as e:
         print(f"hami-control: {e}", file=sys.stderr)
         return 1
+    # Handlers, watches and binds share the GIL; the default 5 ms switch interval would let
+    # one of them hold up a filter call for that long.
+    sys.setswitchinterval(0.0005)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

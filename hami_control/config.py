@@ -46,6 +46,7 @@ class ControlConfig:
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     resync_s: float = 300.0
+    all_pods: bool = False
     handshake_interval_s: float = 30.0
     lock_expiry_s: float = 300.0
     max_body: int = MAX_BODY
@@ -83,6 +84,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--default-gpu-num", type=int, default=1, metavar="N",
                    help="GPUs of a container that sets memory or cores without a count")
     _lease_flags(p)
+    p.add_argument("--all-pods", action="store_true",
+                   help="count the GPU annotations of every pod, not only of pods whose "
+                        "schedulerName is --scheduler-name (when another scheduler name also "
+                        "places HAMi GPU pods in this cluster)")
     p.add_argument("--resync-period", type=float, default=300.0, metavar="SECONDS",
                    help="full relist of nodes and pods this often (default 300)")
     p.add_argument("--handshake-interval", type=float, default=30.0, metavar="SECONDS",
@@ -192,7 +197,7 @@ def from_args(argv) -> ControlConfig:
         host=host, port=port, kubeconfig=args.kubeconfig, tls_cert=cert, tls_key=key,
         scheduler_name=args.scheduler_name, node_policy=args.node_scheduler_policy,
         gpu_policy=args.gpu_scheduler_policy, defaults=defaults, lease=_lease(args),
-        resync_s=_positive("--resync-period", args.resync_period),
+        resync_s=_positive("--resync-period", args.resync_period), all_pods=args.all_pods,
         handshake_interval_s=_positive("--handshake-interval", args.handshake_interval, True),
         lock_expiry_s=_positive("--lock-expiry", args.lock_expiry), max_body=args.max_body,
         threads=args.threads, log_level=args.log_level)

@@ -12,6 +12,7 @@ from hami_control.errors import ConfigError
 from hami_control.extender.bind import BindHandler
 from hami_control.extender.filter import FilterHandler
 from hami_control.extender.lock import NodeLocker
+from hami_control.extender.writes import DecisionWriter
 from hami_control.metrics import ControlMetrics
 from hami_control.placement import PlacementError
 from hami_control.placement.registry import SERVER_POLICIES
@@ -47,16 +48,21 @@ class ControlPlane:
             else AlwaysLeader()
         self.sync = ClusterSync(api, self.state, clock, config.resync_s,
                                 config.handshake_interval_s, writer=api,
-                                is_leader=lambda: self.leader.is_leader)
+                                is_leader=lambda: self.leader.is_leader,
+                                pod_selector="" if config.all_pods else
+                                f"spec.schedulerName={config.scheduler_name}")
         self.metrics = metrics or ControlMetrics()
         self.metrics.watch(self.state, self._status)
         locker = NodeLocker(api, clock, timedelta(seconds=config.lock_expiry_s),
                             cached=self._cached_lock)
+        self.writer = DecisionWriter()
         self.filter = FilterHandler(self.state, api, self.leader, clock, config.defaults,
-                                    self.metrics, synced=lambda: self.sync.synced)
+                                    self.metrics, synced=lambda: self.sync.synced,
+                                    writer=self.writer)
         self.bind = BindHandler(self.state, api, self.leader, locker, clock,
                                 config.scheduler_name, config.defaults, self.metrics,
-                                synced=lambda: self.sync.synced)
+                                synced=lambda: self.sync.synced, writer=self.writer,
+                                asked_no_gpu=self.filter.asked_no_gpu)
         self.webhook = Webhook(config.scheduler_name, config.defaults,
                                NamespaceLabels(api, clock))
         self.app = make_app(Endpoints(self.webhook, self.filter, self.bind, self.healthz,
@@ -85,6 +91,7 @@ class ControlPlane:
         """Stops serving, gives the Lease up, stops the sync."""
         if self.server is not None:
             self.server.stop()
+        self.writer.close()
         self.leader.stop()
         self.sync.stop()
 

@@ -16,14 +16,17 @@ per node.
 import itertools
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
+from hami_control.placement import ClusterView, Engine, PlacementConfig, PlacementError, \
+    Reservation
 from hami_control.placement.learn import OnlineWorkload
 from hami_control.placement.registry import PolicyRegistry
 
 log = logging.getLogger(__name__)
+_RECENT = 64
 
 
 def make_state(node_policy: str = "fragaware", gpu_policy: str = "fragaware") -> \
@@ -73,6 +76,7 @@ class SchedulerState:
         self._pods: dict = {}
         self._registrations: dict = {}    # node name -> NodeRegistration applied
         self._tokens = itertools.count(1)
+        self._recent: dict = {}           # signature -> the latest request of that kind
 
     # --- nodes (sync) --------------------------------------------------------------------
     def apply_node(self, name: str, registration) -> bool:
@@ -149,6 +153,7 @@ class SchedulerState:
         marks the pod pending until `confirm` or `rollback`."""
         with self.lock:
             previous = self.view.release(request.key)
+            model = self._model_version()
             try:
                 decision = self.engine.place(self.view, request, nodes)
                 if not decision.ok and self.explainer is not None:
@@ -157,6 +162,12 @@ class SchedulerState:
                 if previous is not None:
                     self.view.reserve(previous)
                 raise
+            if self._model_version() != model:
+                self._rescore_recent(request.signature)
+            self._recent.pop(request.signature, None)
+            self._recent[request.signature] = request
+            if len(self._recent) > _RECENT:
+                self._recent.pop(next(iter(self._recent)))
             if decision.ok:
                 self.view.reserve(Reservation.of(request, decision))
             token = next(self._tokens)
@@ -191,6 +202,28 @@ class SchedulerState:
                 self._set(key, held[1])
             else:
                 self._set(key, placement.previous)
+
+    def _model_version(self):
+        return getattr(getattr(self.engine, "registry", None), "learner", None) and \
+            self.engine.registry.learner.version
+
+    def _rescore_recent(self, current) -> None:
+        """The learned workload was just re-estimated, which invalidates every cached score:
+        re-score the recent kinds of pods now, in one go, rather than one slow filter per kind
+        afterwards (the explainer does not learn, so nothing is counted twice)."""
+        if self.explainer is None:
+            return
+        start = time.perf_counter()
+        for signature, request in list(self._recent.items()):
+            if signature == current:
+                continue
+            try:
+                self.explainer.place(self.view, request)
+            except PlacementError as e:
+                log.debug("re-scoring %s: %s", request.key, e)
+                self._recent.pop(signature, None)
+        log.info("workload model re-estimated: %d kinds of pods re-scored in %.0f ms",
+                 len(self._recent), (time.perf_counter() - start) * 1000)
 
     # --- reading -------------------------------------------------------------------------
     def reservation(self, key: str) -> Optional[Reservation]:

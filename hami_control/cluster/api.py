@@ -37,10 +37,11 @@ class Expired(ApiError):
 class WatchSource(Protocol):
     """What the cluster view sync reads: lists and watches of nodes and pods."""
 
-    def list(self, kind: str) -> tuple:
-        """(items, resourceVersion) of all `nodes` or `pods`."""
+    def list(self, kind: str, field_selector: str = "") -> tuple:
+        """(items, resourceVersion) of all `nodes` or `pods` (matching the field selector)."""
 
-    def watch(self, kind: str, resource_version: str, timeout_s: float) -> Iterator[tuple]:
+    def watch(self, kind: str, resource_version: str, timeout_s: float,
+              field_selector: str = "") -> Iterator[tuple]:
         """(event type, object) from resource_version on; ends after timeout_s or when the
         server closes the stream; raises Expired for a version too old."""
 

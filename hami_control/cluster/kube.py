@@ -102,17 +102,19 @@ class KubeApi:
             return self._core.list_pod_for_all_namespaces
         raise ValueError(f"cannot list {kind!r}; nodes or pods")
 
-    def list(self, kind: str) -> tuple:
-        body = self._call(self._lister(kind))
+    def list(self, kind: str, field_selector: str = "") -> tuple:
+        body = self._call(self._lister(kind), field_selector=field_selector or None)
         return body.get("items") or [], str((body.get("metadata") or {}).get("resourceVersion")
                                             or "")
 
-    def watch(self, kind: str, resource_version: str, timeout_s: float) -> Iterator[tuple]:
+    def watch(self, kind: str, resource_version: str, timeout_s: float,
+              field_selector: str = "") -> Iterator[tuple]:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
         try:
             resp = self._lister(kind)(
                 watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                field_selector=field_selector or None,
                 timeout_seconds=max(1, int(timeout_s)), _preload_content=False,
                 _request_timeout=(10, timeout_s + 30))
         except ApiException as e:

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from hami_common import constants as C
 from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK
 from hami_common.errors import HamiFormatError
 from hami_control.clock import Clock, SystemClock
@@ -37,9 +38,11 @@ class ClusterSync:
 
     def __init__(self, source, state, clock: Clock = SystemClock(), resync_s: float = 300.0,
                  handshake_interval_s: float = 30.0, writer=None,
-                 is_leader: Callable[[], bool] = lambda: True, backoff_s: float = 1.0):
+                 is_leader: Callable[[], bool] = lambda: True, backoff_s: float = 1.0,
+                 pod_selector: str = ""):
         self.source, self.state, self.clock = source, state, clock
         self.resync_s, self.backoff_s = resync_s, backoff_s
+        self.selectors = {"nodes": "", "pods": pod_selector}
         self.handshake_interval_s, self.writer, self.is_leader = \
             handshake_interval_s, writer, is_leader
         self._nodes: dict = {}
@@ -100,7 +103,7 @@ class ClusterSync:
                     rv = self._relist(kind)
                     next_list = self.clock.monotonic() + self.resync_s
                 timeout = max(1.0, next_list - self.clock.monotonic())
-                for etype, obj in self.source.watch(kind, rv, timeout):
+                for etype, obj in self.source.watch(kind, rv, timeout, self.selectors[kind]):
                     if self._stop.is_set():
                         return
                     rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
@@ -114,7 +117,7 @@ class ClusterSync:
                 self._stop.wait(self.backoff_s)
 
     def _relist(self, kind: str) -> str:
-        items, rv = self.source.list(kind)
+        items, rv = self.source.list(kind, self.selectors[kind])
         for obj in items:
             self._apply(kind, "ADDED", obj)
         if kind == "pods":
@@ -147,10 +150,17 @@ class ClusterSync:
 
     # --- nodes ---------------------------------------------------------------------------
     def _registration(self, name: str, node: dict):
+        # Most node events (lock, handshake, status) leave the registration as it was: reuse it.
+        known = self.node_info(name)
+        annos = annotations(node)
+        if known is not None and known.registration is not None and \
+                known.registration.raw == annos.get(C.ANNO_NODE_REGISTER) and \
+                known.registration.cordon == annos.get(C.ANNO_DEVICE_CORDON, ""):
+            return known.registration
         try:
             registration = node_registration(node)
         except HamiFormatError as e:
-            raw = annotations(node).get("hami.io/node-nvidia-register")
+            raw = annos.get(C.ANNO_NODE_REGISTER)
             if self._bad_registrations.get(name) != raw:
                 self._bad_registrations[name] = raw
                 log.warning("node %s: its GPU registration is unreadable, so it gets no GPU "

@@ -28,11 +28,13 @@ class BindHandler:
 
     def __init__(self, state, api, leader, locker: NodeLocker, clock, component: str,
                  defaults: RequestDefaults = RequestDefaults(), metrics=None,
-                 synced: Callable[[], bool] = lambda: True):
+                 synced: Callable[[], bool] = lambda: True, writer=None,
+                 asked_no_gpu: Callable[[str], bool] = lambda key: False):
         self.state, self.api, self.leader, self.locker, self.clock = \
             state, api, leader, locker, clock
         self.component, self.defaults, self.metrics, self.synced = \
             component, defaults, metrics, synced
+        self.writer, self.asked_no_gpu = writer, asked_no_gpu
 
     def __call__(self, body) -> dict:
         args = parse_bind(body)
@@ -41,14 +43,25 @@ class BindHandler:
             self._count("unavailable")
             return {"Error": refusal}
         try:
+            self._wait_for_decision(args)
             self._bind(args)
         except BindError as e:
             log.warning("bind %s to %s: %s", args.key, args.node, e)
             self._event(args, str(e))
             self._count("error")
             return {"Error": str(e)}
+        finally:
+            if self.writer is not None:
+                self.writer.forget(args.key)
         self._count("bound")
         return {"Error": ""}
+
+    def _wait_for_decision(self, args) -> None:
+        """The filter's write of this pod's decision must have landed before it is bound."""
+        if self.writer is not None:
+            error = self.writer.wait(args.key)
+            if error:
+                raise BindError(error)
 
     def _count(self, result: str) -> None:
         if self.metrics is not None:
@@ -88,6 +101,17 @@ class BindHandler:
 
     def _bind_without_gpus(self, args) -> None:
         """A pod that holds no GPU reservation: bind it plainly if it asks for no GPU."""
+        if not self.asked_no_gpu(args.key):
+            self._check_asks_no_gpu(args)
+        try:
+            self.api.bind_pod(args.namespace, args.name, args.uid, args.node, {})
+        except ApiError as e:
+            if not self._bound_anyway(args):
+                raise BindError(f"binding pod {args.key} to node {args.node} failed: {e}") \
+                    from e
+
+    def _check_asks_no_gpu(self, args) -> None:
+        """Reads the pod (the filter did not see it lately) to make sure it asks for no GPU."""
         try:
             pod = self.api.get_pod(args.namespace, args.name)
         except ApiError as e:
@@ -102,12 +126,6 @@ class BindHandler:
             raise BindError(f"pod {args.key} asks for GPUs but holds no GPU decision from "
                             "hami-control (it was not filtered by this scheduler, or the "
                             "decision was undone); kube-scheduler filters it again")
-        try:
-            self.api.bind_pod(args.namespace, args.name, args.uid, args.node, {})
-        except ApiError as e:
-            if not self._bound_anyway(args):
-                raise BindError(f"binding pod {args.key} to node {args.node} failed: {e}") \
-                    from e
 
     def _event(self, args, message: str) -> None:
         now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -2,12 +2,16 @@
 on the pod (HAMi's annotations) and reserve it in the view at once.
 
 Filters run one at a time (kube-scheduler's scheduling cycle is sequential anyway), so a
-decision, its reservation and its write are never interleaved with another pod's decision.
+decision and its reservation are never interleaved with another pod's decision. With a
+DecisionWriter (the server's setting) the write onto the pod runs after the answer; the bind
+waits for it (extender/writes.py). Without one, the filter writes before it answers.
 """
 import dataclasses
+import functools
 import logging
 import threading
-from typing import Callable
+from collections import OrderedDict
+from typing import Callable, Optional
 
 from hami_common import constants as C
 from hami_common import pod_devices
@@ -19,6 +23,7 @@ from hami_control.extender.args import FilterArgs, filter_result, parse_filter
 from hami_control.placement import PlacementError
 
 log = logging.getLogger(__name__)
+_NO_GPU_KEEP = 4096
 
 ALLOCATION_ANNOTATIONS = (C.ANNO_VGPU_NODE, C.ANNO_VGPU_TIME, C.ANNO_DEVICES_TO_ALLOCATE,
                           C.ANNO_DEVICES_ALLOCATED, C.ANNO_BIND_PHASE, C.ANNO_BIND_TIME)
@@ -60,10 +65,11 @@ class FilterHandler:
     """POST /filter: ExtenderArgs in, ExtenderFilterResult out."""
 
     def __init__(self, state, api, leader, clock, defaults: RequestDefaults = RequestDefaults(),
-                 metrics=None, synced: Callable[[], bool] = lambda: True):
+                 metrics=None, synced: Callable[[], bool] = lambda: True, writer=None):
         self.state, self.api, self.leader, self.clock = state, api, leader, clock
-        self.defaults, self.metrics, self.synced = defaults, metrics, synced
+        self.defaults, self.metrics, self.synced, self.writer = defaults, metrics, synced, writer
         self._serial = threading.Lock()
+        self._no_gpu: OrderedDict = OrderedDict()     # recent pods that asked for no GPU
 
     def __call__(self, body) -> dict:
         args = parse_filter(body)
@@ -75,9 +81,19 @@ class FilterHandler:
         except RequestError as e:
             return self._done("invalid", filter_result(args, [], error=f"pod {args.key}: {e}"))
         if not request.wants_gpu:
+            self._no_gpu[args.key] = True
+            if len(self._no_gpu) > _NO_GPU_KEEP:
+                self._no_gpu.popitem(last=False)
             return self._done("no_gpu", filter_result(args, args.node_names))
         with self._serial:
+            if self.writer is not None:
+                self.writer.wait(request.key)       # the pod's earlier write lands first
             return self._place(args, server_request(request))
+
+    def asked_no_gpu(self, key: str) -> bool:
+        """Whether pod key was filtered lately as asking for no GPU (its bind needs no
+        decision)."""
+        return self._no_gpu.pop(key, False)
 
     def _done(self, result: str, answer: dict) -> dict:
         if self.metrics is not None:
@@ -97,15 +113,26 @@ class FilterHandler:
         else:
             self.state.confirm(request.key, placement.token, None)
             return self._done("unschedulable", filter_result(args, [], decision.failed))
+        write = functools.partial(self._write, request, placement, changes)
+        if self.writer is not None:
+            self.writer.submit(request.key, write)
+        else:
+            error = write()
+            if error:
+                return filter_result(args, [], error=error)
+        if not decision.ok:
+            return self._done("unschedulable", filter_result(args, [], decision.failed))
+        return self._done("scheduled", filter_result(args, [decision.node]))
+
+    def _write(self, request, placement, changes: dict) -> Optional[str]:
+        """Writes the decision onto the pod: None, or what went wrong (then rolled back)."""
         try:
             pod = self.api.patch_pod_annotations(request.namespace, request.name, changes)
         except ApiError as e:
             self.state.rollback(request.key, placement)
             log.warning("filter %s: writing its annotations failed: %s", request.key, e)
-            return self._done("error", filter_result(args, [], error=(
-                f"could not record the GPU decision on pod {args.key}: {e}; the reservation "
-                "is undone and kube-scheduler retries the pod")))
+            self._done("write_failed", None)
+            return (f"could not record the GPU decision on pod {request.key}: {e}; the "
+                    "reservation is undone and kube-scheduler retries the pod")
         self.state.confirm(request.key, placement.token, resource_version(pod))
-        if not decision.ok:
-            return self._done("unschedulable", filter_result(args, [], decision.failed))
-        return self._done("scheduled", filter_result(args, [decision.node]))
+        return None

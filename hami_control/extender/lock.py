@@ -38,7 +38,7 @@ class NodeLocker:
             if known is None:
                 known, from_cache = self._read(node), False
             rv, current = known
-            if current and not self._free(node, current, namespace, pod):
+            if current and not self._free(node, current, namespace, pod, ask=not from_cache):
                 if from_cache:
                     known = None                 # confirm with the API server before refusing
                     continue
@@ -63,8 +63,9 @@ class NodeLocker:
         return (obj.get("metadata") or {}).get("resourceVersion"), \
             annotations(obj).get(ANNO_NODE_LOCK)
 
-    def _free(self, node: str, current: str, namespace: str, pod: str) -> bool:
-        """Whether a held lock may be taken: ours already, expired, or its owner pod gone."""
+    def _free(self, node: str, current: str, namespace: str, pod: str, ask: bool) -> bool:
+        """Whether a held lock may be taken: ours already, expired, or (when `ask`, which costs
+        a GET) its owner pod gone."""
         try:
             lock = node_lock.decode(current)
         except HamiFormatError as e:
@@ -75,7 +76,7 @@ class NodeLocker:
         if lock.expired(self.clock.now(), self.expiry):
             log.info("node %s: lock of %s/%s expired; taken over", node, lock.namespace, lock.pod)
             return True
-        if lock.pod and self._pod_gone(lock.namespace, lock.pod):
+        if ask and lock.pod and self._pod_gone(lock.namespace, lock.pod):
             log.info("node %s: lock owner %s/%s no longer exists; taken over", node,
                      lock.namespace, lock.pod)
             return True

@@ -81,20 +81,22 @@ def test_a_lost_binding_answer_is_a_success(core_v1, control, apiserver, one_nod
 
 @pytest.mark.parametrize("code,after", [(500, False), (409, False), (500, True)],
                          ids=["500", "409", "lost-answer"])
-def test_a_failed_filter_write_rolls_back(core_v1, control, apiserver, one_node, code, after):
+def test_a_failed_decision_write_rolls_back(core_v1, control, apiserver, one_node, code, after):
     pods = [create(core_v1, control, gpu_pod(f"p{i}", WHOLE)) for i in range(3)]
     apiserver.set_faults(rules=[{"code": code, "verbs": ["patch"], "resources": ["pods"],
                                  "name": "p0", "times": 1, "after": after}])
-    result = control.client.filter(pods[0], ["n1"])
-    assert result["NodeNames"] == [] and "could not record" in result["Error"]
-    # The rolled back share is free again: two exclusive pods fit the two GPUs, then p0 again.
-    if after:      # the write did land: its annotations hold the GPU until p0 is filtered again
-        eventually(lambda: control.plane.state.reservation("default/p0"))
-    else:
+    assert control.client.filter(pods[0], ["n1"])["NodeNames"] == ["n1"]
+    bound = control.client.bind("default", "p0", pods[0]["metadata"]["uid"], "n1")
+    assert "could not record the GPU decision" in bound["Error"]     # never bound without it
+    assert read_pod(core_v1, "p0")["spec"].get("nodeName") is None and _lock(core_v1, "n1") is None
+    if not after:   # rolled back: the share is free again, p0 finds no room once p1, p2 hold it
         assert schedule(core_v1, control, pods[1])[0] == "n1"
         assert schedule(core_v1, control, pods[2])[0] == "n1"
         assert control.client.filter(pods[0], ["n1"])["NodeNames"] == []
         return
+    # The write did land (its answer was lost): its annotations hold the GPU until p0 is
+    # filtered again, which replaces them.
+    eventually(lambda: control.plane.state.reservation("default/p0"))
     assert schedule(core_v1, control, pods[0])[0] == "n1"
     assert schedule(core_v1, control, pods[1])[0] == "n1"
     assert control.client.filter(pods[2], ["n1"])["NodeNames"] == []

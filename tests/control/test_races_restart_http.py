@@ -4,8 +4,8 @@ import signal
 import threading
 import time
 
-from ctlhelpers import (add_gpu_node, assert_not_overcommitted, create, eventually, gpu_pod,
-                        read_pod, schedule, start_plane)
+from ctlhelpers import (add_gpu_node, allocated, assert_not_overcommitted, create, eventually,
+                        gpu_pod, read_pod, schedule, start_plane)
 from hami_common import constants as C
 from hami_sim.extender_client import finish_allocation
 
@@ -66,6 +66,7 @@ def test_restart_in_the_middle_allocates_nothing_twice(core_v1, apiserver):
         assert all(schedule(core_v1, first, p)[0] == "n1" for p in placed)
         half = create(core_v1, first, gpu_pod("half", SLICE))     # filtered, not yet bound
         assert first.client.filter(half, ["n1"])["NodeNames"] == ["n1"]
+        eventually(lambda: allocated(read_pod(core_v1, "half")))      # the decision landed
         first.process.send_signal(signal.SIGKILL)
         first.process.wait(10)
     finally:

@@ -101,3 +101,38 @@ def test_unschedulable_pods_get_reasons(state):
     state.apply_pod("default/x", 1, _held("default/x"))
     decision = state.decide(_request("p"), ["n1", "ghost"]).decision
     assert decision.failed == {"n1": "1/1 CardInsufficientMemory", "ghost": "NodeUnregistered"}
+
+
+def test_recent_kinds_are_rescored_when_the_model_is_reestimated(monkeypatch):
+    from hami_control.placement import Engine, PlacementConfig
+    from hami_control.placement import engine as engine_module
+    from hami_control.placement.learn import OnlineWorkload
+    from hami_control.placement.registry import PolicyRegistry
+    from hami_control.state import SchedulerState
+    registry = PolicyRegistry(learner=OnlineWorkload(first_refresh=4, max_interval=4))
+    s = SchedulerState(Engine(PlacementConfig(explain=False), registry=registry),
+                       explainer=Engine(PlacementConfig(learn=False), registry=registry))
+    for n in range(20):
+        s.apply_node(f"n{n}", _registration(f"n{n}", gpus=2))
+    calls = []
+    real = engine_module.fit_pod
+    monkeypatch.setattr(engine_module, "fit_pod", lambda *a: calls.append(1) or real(*a))
+    version = registry.learner.version
+    for i in range(4):                       # two kinds; the 4th pod re-estimates the model
+        s.decide(_request(f"p{i}", gpus=1 + i % 2), None)
+    assert registry.learner.version != version
+    calls.clear()
+    s.decide(_request("again", gpus=1), None)     # a recent kind: scored already
+    assert len(calls) < 5, len(calls)
+
+
+def test_decision_writer_reports_failed_writes():
+    from hami_control.extender.writes import DecisionWriter
+    writer = DecisionWriter(workers=2)
+    writer.submit("ns/a", lambda: None)
+    writer.submit("ns/b", lambda: "could not record")
+    assert writer.wait("ns/a") is None and writer.wait("ns/b") == "could not record"
+    assert writer.wait("ns/unknown") is None
+    writer.forget("ns/b")
+    assert writer.wait("ns/b") is None
+    writer.close()

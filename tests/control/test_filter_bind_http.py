@@ -172,3 +172,20 @@ def test_legacy_registration_and_cordon(core_v1, control):
     pod = create(core_v1, control, gpu_pod("q", {"nvidia.com/gpu": 2}))
     assert control.client.filter(pod, ["old"])["FailedNodes"] == {
         "old": "1/2 CardCordoned, 1/2 CardInsufficientMemory"}
+
+
+@pytest.mark.parametrize("all_pods,fits", [(False, True), (True, False)],
+                         ids=["our-scheduler-only", "all-pods"])
+def test_pods_of_other_scheduler_names_count_with_all_pods(core_v1, apiserver, all_pods, fits):
+    from ctlhelpers import start_plane
+    add_gpu_node(core_v1, "one", gpus=1)
+    other = gpu_pod("other", {"nvidia.com/gpu": 1}, {
+        C.ANNO_VGPU_NODE: "one", C.ANNO_DEVICES_ALLOCATED: "GPU-one-0,NVIDIA,16384,100:;"})
+    other["spec"]["schedulerName"] = "another-hami"
+    core_v1.create_namespaced_pod("default", other)
+    ctl = start_plane(apiserver, *(("--all-pods",) if all_pods else ()))
+    try:
+        pod = create(core_v1, ctl, gpu_pod("p", {"nvidia.com/gpu": 1}))
+        assert bool(ctl.client.filter(pod, ["one"])["NodeNames"]) is fits
+    finally:
+        ctl.stop()

@@ -1,0 +1,48 @@
+"""Names HAMi's components agree on: resource names, annotation keys, labels, values.
+
+One source of truth: the webhook, the scheduler extender, the node agent and the doubles import
+these instead of spelling the strings themselves.
+"""
+
+# Container resources (limits, or requests when no limit is given).
+RESOURCE_GPU = "nvidia.com/gpu"
+RESOURCE_MEM = "nvidia.com/gpumem"
+RESOURCE_MEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
+RESOURCE_CORES = "nvidia.com/gpucores"
+RESOURCE_PRIORITY = "nvidia.com/priority"
+GPU_RESOURCES = (RESOURCE_GPU, RESOURCE_MEM, RESOURCE_MEM_PERCENTAGE, RESOURCE_CORES,
+                 RESOURCE_PRIORITY)
+
+# Node annotations written by the node agent / the scheduler.
+ANNO_NODE_REGISTER = "hami.io/node-nvidia-register"
+ANNO_NODE_HANDSHAKE = "hami.io/node-handshake"
+ANNO_NODE_LOCK = "hami.io/mutex.lock"
+ANNO_DEVICE_CORDON = "hami.io/device-cordon"
+
+# Pod annotations written by the scheduler.
+ANNO_VGPU_NODE = "hami.io/vgpu-node"
+ANNO_VGPU_TIME = "hami.io/vgpu-time"
+ANNO_DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+ANNO_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
+ANNO_BIND_PHASE = "hami.io/bind-phase"
+ANNO_BIND_TIME = "hami.io/bind-time"
+BIND_PHASE_ALLOCATING = "allocating"
+BIND_PHASE_SUCCESS = "success"
+BIND_PHASE_FAILED = "failed"
+
+# Pod annotations written by users.
+ANNO_USE_GPUTYPE = "nvidia.com/use-gputype"
+ANNO_NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"
+ANNO_USE_GPUUUID = "nvidia.com/use-gpuuuid"
+ANNO_NOUSE_GPUUUID = "nvidia.com/nouse-gpuuuid"
+ANNO_NUMA_BIND = "nvidia.com/numa-bind"
+ANNO_GPU_SCHEDULER_POLICY = "hami.io/gpu-scheduler-policy"
+ANNO_NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
+
+# Label on a pod or namespace that makes the webhook leave the pod alone.
+LABEL_WEBHOOK = "hami.io/webhook"
+LABEL_WEBHOOK_IGNORE = "ignore"
+
+SCHEDULER_NAME = "hami-scheduler"
+DEVICE_VENDOR = "NVIDIA"
+DEVICE_MODE_HAMI_CORE = "hami-core"

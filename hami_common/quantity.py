@@ -1,0 +1,55 @@
+"""Kubernetes resource quantities: "500m", "2", "1.5Gi", "3e3".
+
+Exact arithmetic (Fraction) so that "0.1" + "0.2" CPU is exactly 300 millicores.
+"""
+import re
+from fractions import Fraction
+
+from hami_common.errors import HamiFormatError
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": 1,
+            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+MIB = 2**20
+
+
+def parse_quantity(value) -> Fraction:
+    """The exact value of a quantity given as a string, int or float; HamiFormatError if malformed."""
+    if isinstance(value, bool):
+        raise HamiFormatError(f"quantity {value!r} is a boolean, expected a number like '2' or '500m'")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(str(value))
+    text = str(value).strip()
+    match = _PATTERN.match(text)
+    if not match:
+        raise HamiFormatError(f"quantity {value!r} is not a Kubernetes quantity "
+                              "(expected e.g. '2', '500m', '1.5Gi')")
+    number, exponent, suffix = match.groups()
+    result = Fraction(number)
+    if exponent:
+        result *= Fraction(10) ** int(exponent[1:])
+    elif suffix in _BINARY:
+        result *= _BINARY[suffix]
+    else:
+        result *= _DECIMAL[suffix or ""]
+    return result
+
+
+def has_unit(value) -> bool:
+    """Whether a quantity string carries a suffix or exponent ("3Gi", "2k", "1e3")."""
+    return isinstance(value, str) and bool(re.search(r"[A-Za-z]", value.strip()))
+
+
+def cpu_millis(value) -> int:
+    """CPU quantity in millicores, rounded up the way the API server does ("0.0001" -> 1m)."""
+    q = parse_quantity(value) * 1000
+    return -((-q.numerator) // q.denominator)
+
+
+def memory_mib(value) -> int:
+    """Memory quantity (bytes with an optional suffix) in MiB, rounded up."""
+    q = parse_quantity(value) / MIB
+    return -((-q.numerator) // q.denominator)

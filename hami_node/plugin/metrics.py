@@ -1,0 +1,165 @@
+"""/metrics: HAMi's metric names (so its dashboards work) plus the agent's own health.
+
+HAMi's names and labels (its vGPU monitor):
+  HostGPUMemoryUsage, HostCoreUtilization            {nodeid, deviceidx, deviceuuid, devicetype}
+  vGPU_device_memory_usage_in_bytes, vGPU_device_memory_limit_in_bytes,
+  Device_utilization_desc_of_container, Device_last_kernel_of_container
+                                         {podnamespace, podname, ctrname, vdeviceid, deviceuuid}
+  Device_memory_desc_of_container        the same + {context, module, data, offset}
+The per-container figures come from each container's shared file (read through the shim's
+Python API, injected as a UsageReader); the limits from what Allocate handed out.
+"""
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from hami_common.node_register import device_type_name
+from hami_node.plugin import layout as L
+from hami_node.plugin.backend import DeviceBackend
+from hami_node.plugin.devices import DeviceTable
+
+MIB = 1 << 20
+HOST_LABELS = ["nodeid", "deviceidx", "deviceuuid", "devicetype"]
+CTR_LABELS = ["podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"]
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    """One device as a container's shared file records it."""
+
+    used: int               # bytes
+    limit: int = 0          # bytes (0: not recorded; the Allocate limit is used)
+    sm_util: int = 0        # percent
+    context: int = 0        # bytes, of `used`
+    module: int = 0
+    data: int = 0
+
+
+@dataclass(frozen=True)
+class ContainerUse:
+    """A container's devices (in its visible order) and when it last launched a kernel."""
+
+    devices: tuple
+    last_kernel: float = 0.0   # unix seconds, 0 when unknown
+
+
+class UsageReader(Protocol):
+    """Reads one container's shared file."""
+
+    def __call__(self, path: Path) -> Optional[ContainerUse]:
+        """The usage, or None when the file is absent or unreadable."""
+
+
+def no_usage(path: Path) -> Optional[ContainerUse]:
+    """A reader for when the shim's Python side is unavailable: no usage figures."""
+    return None
+
+
+class NodeCollector:
+    """Collects HAMi's GPU and container metrics at scrape time."""
+
+    def __init__(self, node: str, backend: DeviceBackend, table: DeviceTable,
+                 layout: L.HostLayout, reader: UsageReader = no_usage,
+                 clock: Callable[[], float] = time.time):
+        self.node, self.backend, self.table = node, backend, table
+        self.layout, self.reader, self.clock = layout, reader, clock
+
+    def describe(self):
+        """Nothing is described up front, so registering never touches NVML."""
+        return []
+
+    def collect(self):
+        """One scrape's families."""
+        yield from self._host()
+        yield from self._containers()
+        healthy = GaugeMetricFamily("hami_node_gpu_healthy", "1 when the GPU's virtual devices "
+                                    "are advertised Healthy", labels=HOST_LABELS[:3])
+        for s in self.table.states():
+            healthy.add_metric([self.node, str(s.gpu.index), s.gpu.uuid], 1 if s.healthy else 0)
+        yield healthy
+
+    def _host(self):
+        memory = GaugeMetricFamily("HostGPUMemoryUsage", "GPU device memory usage",
+                                   labels=HOST_LABELS)
+        cores = GaugeMetricFamily("HostCoreUtilization", "GPU core utilization",
+                                  labels=HOST_LABELS)
+        for use in self.backend.usage():
+            labels = [self.node, str(use.index), use.uuid, device_type_name(use.name)]
+            memory.add_metric(labels, use.memory_used)
+            cores.add_metric(labels, use.utilization)
+        return memory, cores
+
+    def _containers(self):
+        usage = GaugeMetricFamily("vGPU_device_memory_usage_in_bytes", "vGPU device usage",
+                                  labels=CTR_LABELS)
+        limit = GaugeMetricFamily("vGPU_device_memory_limit_in_bytes", "vGPU device limit",
+                                  labels=CTR_LABELS)
+        desc = GaugeMetricFamily("Device_memory_desc_of_container",
+                                 "Container device memory description",
+                                 labels=CTR_LABELS + ["context", "module", "data", "offset"])
+        util = GaugeMetricFamily("Device_utilization_desc_of_container",
+                                 "Container device utilization description", labels=CTR_LABELS)
+        last = GaugeMetricFamily("Device_last_kernel_of_container",
+                                 "Seconds since the container's last kernel launch",
+                                 labels=CTR_LABELS)
+        for meta in L.read_container_metas(self.layout):
+            uid, ctr = str(meta.get("uid")), str(meta.get("container"))
+            use = self.reader(self.layout.container_dir(uid, ctr) / L.CACHE_FILE)
+            for i, dev in enumerate(meta.get("devices") or []):
+                labels = [str(meta.get("namespace")), str(meta.get("pod")), ctr, str(i),
+                          str(dev.get("uuid"))]
+                recorded = use.devices[i] if use and i < len(use.devices) else None
+                limit.add_metric(labels, (recorded.limit if recorded and recorded.limit
+                                          else int(dev.get("memory_mib", 0)) * MIB))
+                if recorded is None:
+                    continue
+                usage.add_metric(labels, recorded.used)
+                offset = recorded.used - recorded.context - recorded.module - recorded.data
+                desc.add_metric(labels + [str(recorded.context), str(recorded.module),
+                                          str(recorded.data), str(max(offset, 0))], recorded.used)
+                util.add_metric(labels, recorded.sm_util)
+                if use.last_kernel > 0:
+                    last.add_metric(labels, max(0.0, self.clock() - use.last_kernel))
+        return usage, limit, desc, util, last
+
+
+class AgentMetrics:
+    """The agent's own counters, in a registry of their own (no process-wide globals)."""
+
+    def __init__(self, registry: Optional[CollectorRegistry] = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.allocations = Counter("hami_node_allocations", "Allocate calls by result",
+                                   ["result"], registry=r)
+        self.allocate_seconds = Histogram("hami_node_allocate_seconds", "Allocate latency",
+                                          buckets=(.002, .005, .01, .02, .05, .1, .25, 1, 5),
+                                          registry=r)
+        self.registrations = Counter("hami_node_registrations", "Registrations with kubelet",
+                                     registry=r)
+        self.xids = Counter("hami_node_xid_events", "XID events seen",
+                            ["deviceuuid", "xid", "critical"], registry=r)
+        self.annotation_patches = Counter("hami_node_annotation_patches",
+                                          "Node annotation patches (only when changed)",
+                                          registry=r)
+        self.up = Gauge("hami_node_up", "1 while the agent serves kubelet", registry=r)
+
+    def observe_allocate(self, result: str, seconds: float) -> None:
+        """Counts one Allocate."""
+        self.allocations.labels(result).inc()
+        self.allocate_seconds.observe(seconds)
+
+    def observe_xid(self, event, critical: bool) -> None:
+        """Counts one XID event."""
+        self.xids.labels(event.uuid or "unknown", str(event.xid), str(critical).lower()).inc()
+
+
+def serve(registry: CollectorRegistry, address: str):
+    """Starts the /metrics HTTP server on HOST:PORT; returns (server, bound port)."""
+    from prometheus_client import start_http_server
+    host, _, port = address.rpartition(":")
+    server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
+    return server, server.server_port

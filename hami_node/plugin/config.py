@@ -229,7 +229,9 @@ def read_config_file(path: str) -> dict:
     except OSError as e:
         raise ConfigError("config", f"cannot read {path}: {e.strerror}", "--config") from e
     except yaml.YAMLError as e:
-        raise ConfigError("config", f"{path} is not valid YAML/JSON: {e}", "--config") from e
+        detail = " ".join(str(e).split())   # PyYAML's message spans lines; keep one
+        raise ConfigError("config", f"{path} is not valid YAML/JSON: {detail}",
+                          "--config") from e
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -41,6 +41,13 @@ def wait_for(predicate, timeout=5.0, what="condition", interval=0.02):
         time.sleep(interval)
 
 
+def samples(text, name):
+    """(labels, value) of every sample of one metric in a /metrics text."""
+    from prometheus_client.parser import text_string_to_metric_families
+    return [(s.labels, s.value) for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == name]
+
+
 def make_shim_lib(directory: Path) -> Path:
     """The shim library to install: the real one when built, else a stand-in ELF file (enough
     for every test that does not run a container)."""

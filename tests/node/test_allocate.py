@@ -12,7 +12,7 @@ from hami_common import constants as C
 from hami_common import pod_devices
 from hami_node.plugin.layout import CONTAINER_CACHE, CONTAINER_LIB, CONTAINER_SHARED_DIR
 
-from conftest import NODE, Scheduler, wait_for
+from conftest import NODE, Scheduler, samples, wait_for
 
 
 @pytest.fixture
@@ -211,13 +211,6 @@ def test_two_pods_racing_on_one_node(env):
         wait_for(lambda: env.sched.pod_annotations(name).get(C.ANNO_BIND_PHASE) == "success",
                  what=f"{name} success")
     assert C.ANNO_NODE_LOCK not in env.sched.node_annotations()
-
-
-def samples(text, name):
-    """(labels, value) of every sample of one metric in a /metrics text."""
-    from prometheus_client.parser import text_string_to_metric_families
-    return [(s.labels, s.value) for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == name]
 
 
 def test_metrics_report_gpus_health_and_container_limits(env):

@@ -41,9 +41,9 @@ class DeviceUse:
 
 @dataclass(frozen=True)
 class ContainerUse:
-    """A container's devices (in its visible order) and when it last launched a kernel."""
+    """A container's devices by GPU UUID, and when it last launched a kernel."""
 
-    devices: tuple
+    devices: dict
     last_kernel: float = 0.0   # unix seconds, 0 when unknown
 
 
@@ -112,7 +112,7 @@ class NodeCollector:
             for i, dev in enumerate(meta.get("devices") or []):
                 labels = [str(meta.get("namespace")), str(meta.get("pod")), ctr, str(i),
                           str(dev.get("uuid"))]
-                recorded = use.devices[i] if use and i < len(use.devices) else None
+                recorded = use.devices.get(dev.get("uuid")) if use else None
                 limit.add_metric(labels, (recorded.limit if recorded and recorded.limit
                                           else int(dev.get("memory_mib", 0)) * MIB))
                 if recorded is None:

@@ -1,6 +1,7 @@
 """Node-agent tier: hami-node as a real process against the simulated GPU, the API server double
 and the kubelet double. The scheduler's part (annotations, node lock, binding) is played by
 `Scheduler`, with the hami_common codecs, as hami-control writes them."""
+import contextlib
 import json
 import os
 import shutil
@@ -236,34 +237,10 @@ class Scheduler:
                     raise
 
 
-@pytest.fixture
-def node_cluster(tmp_path):
-    """Per test: API server double, kubelet double (in-process), a Node for hami-node."""
-    api = start_apiserver(workdir=tmp_path / "apiserver", nodes=[NODE])
-    plugin_dir = short_tempdir()
-    kubelet = None
-    node = None
-    try:
-        kubelet = start_kubelet(NODE, plugin_dir, api, record_dir=tmp_path / "records",
-                                sync_interval=0.1, retry_base=0.2, retry_max=1.0,
-                                log=lambda msg: None)
-        node = Node(api, plugin_dir, tmp_path)
-        client = api.api_client()
-        from kubernetes import client as k8s
-        yield node, kubelet, Scheduler(k8s.CoreV1Api(client))
-    finally:
-        if node:
-            node.stop_all()
-        if kubelet:
-            kubelet.stop()
-        api.stop()
-        shutil.rmtree(plugin_dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def shared_node(tmp_path_factory):
-    """One running hami-node (with its cluster) shared by a module's tests."""
-    workdir = tmp_path_factory.mktemp("shared-node")
+@contextlib.contextmanager
+def simulated_node(workdir: Path):
+    """API server double, kubelet double (in-process) and a Node for hami-node; all stopped
+    on exit, also when the test fails."""
     api = start_apiserver(workdir=workdir / "apiserver", nodes=[NODE])
     plugin_dir = short_tempdir()
     kubelet = node = None
@@ -272,10 +249,8 @@ def shared_node(tmp_path_factory):
                                 sync_interval=0.1, retry_base=0.2, retry_max=1.0,
                                 log=lambda msg: None)
         node = Node(api, plugin_dir, workdir)
-        proc = node.start()
-        kubelet.kubelet.wait_registered(C.RESOURCE_GPU, devices=2 * SPLIT, timeout=15)
         from kubernetes import client as k8s
-        yield node, kubelet, Scheduler(k8s.CoreV1Api(api.api_client())), proc
+        yield node, kubelet, Scheduler(k8s.CoreV1Api(api.api_client()))
     finally:
         if node:
             node.stop_all()
@@ -283,6 +258,22 @@ def shared_node(tmp_path_factory):
             kubelet.stop()
         api.stop()
         shutil.rmtree(plugin_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def node_cluster(tmp_path):
+    """Per test: a simulated node with no hami-node started yet."""
+    with simulated_node(tmp_path) as parts:
+        yield parts
+
+
+@pytest.fixture(scope="module")
+def shared_node(tmp_path_factory):
+    """One running hami-node (with its cluster) shared by a module's tests."""
+    with simulated_node(tmp_path_factory.mktemp("shared-node")) as (node, kubelet, sched):
+        proc = node.start()
+        kubelet.kubelet.wait_registered(C.RESOURCE_GPU, devices=2 * SPLIT, timeout=15)
+        yield node, kubelet, sched, proc
 
 
 @pytest.fixture(scope="module")

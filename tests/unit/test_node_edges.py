@@ -13,12 +13,13 @@ from hami_common import node_lock, pod_devices
 from hami_common.pod_devices import ContainerDevice
 from hami_node.plugin.allocate import Limits
 from hami_node.plugin.allocator import Allocator
-from hami_node.plugin.backend import DeviceBackend, Gpu, XidEvent, XidWatch
+from hami_node.plugin.backend import DeviceBackend, Gpu, GpuUsage, XidEvent, XidWatch
 from hami_node.plugin.cluster import ClusterApi, KubeCluster
 from hami_node.plugin.devices import DeviceTable
 from hami_node.plugin.errors import AllocationError, ClusterError
 from hami_node.plugin.health import HealthMonitor
-from hami_node.plugin.layout import HostLayout
+from hami_node.plugin.layout import HostLayout, prepare_container
+from hami_node.plugin.metrics import ContainerUse, DeviceUse, NodeCollector
 from hami_node.plugin.nvml import NvmlBackend, NvmlXidWatch
 from hami_node.plugin.sdnotify import Notifier
 
@@ -46,7 +47,7 @@ class FakeBackend:
         raise NotImplementedError
 
     def usage(self):
-        return []
+        return [GpuUsage(g.uuid, g.index, g.name, 5 << 20, 10 << 20, 42) for g in GPUS]
 
 
 class Clock:
@@ -272,6 +273,38 @@ def test_preferred_steers_without_side_effects(alloc_env):
     before = dict(cluster.ann("p"))
     assert allocator.preferred([([f"{A}-0", f"{A}-1", f"{B}-1"], [], 1)]) == [[f"{B}-1"]]
     assert cluster.ann("p") == before
+
+
+# Metrics ----------------------------------------------------------------------------------
+
+def test_collector_renders_hami_metric_names(tmp_path):
+    layout = HostLayout(tmp_path)
+    prepare_container(layout, "u1", "main", {
+        "namespace": "ns", "pod": "p", "uid": "u1", "container": "main",
+        "devices": [{"uuid": B, "memory_mib": 100, "cores": 10},
+                    {"uuid": A, "memory_mib": 200, "cores": 0}]})
+    use = ContainerUse({B: DeviceUse(used=7 << 20, limit=100 << 20, sm_util=33, context=1 << 20,
+                                     module=2, data=3)}, last_kernel=95.0)
+    collector = NodeCollector(NODE, FakeBackend(), DeviceTable(GPUS, 2), layout,
+                              reader=lambda path: use if path.parent.name == "u1_main" else None,
+                              clock=lambda: 100.0)
+    got = {(f.name, tuple(sorted(s.labels.items())), s.value) for f in collector.collect()
+           for s in f.samples}
+    ctr = (("ctrname", "main"), ("deviceuuid", B), ("podname", "p"), ("podnamespace", "ns"),
+           ("vdeviceid", "0"))
+    assert ("vGPU_device_memory_usage_in_bytes", ctr, 7 << 20) in got
+    assert ("vGPU_device_memory_limit_in_bytes", ctr, 100 << 20) in got
+    assert ("Device_utilization_desc_of_container", ctr, 33) in got
+    assert ("Device_last_kernel_of_container", ctr, 5.0) in got
+    desc = [s for s in got if s[0] == "Device_memory_desc_of_container"]
+    assert [dict(d[1])["context"] for d in desc] == [str(1 << 20)]
+    second = (("ctrname", "main"), ("deviceuuid", A), ("podname", "p"), ("podnamespace", "ns"),
+              ("vdeviceid", "1"))
+    assert ("vGPU_device_memory_limit_in_bytes", second, 200 << 20) in got, \
+        "the Allocate limit when the file has no record yet"
+    host = (("deviceidx", "1"), ("devicetype", "NVIDIA-T4"), ("deviceuuid", B), ("nodeid", NODE))
+    assert ("HostGPUMemoryUsage", host, 5 << 20) in got
+    assert ("HostCoreUtilization", host, 42) in got
 
 
 # systemd notify --------------------------------------------------------------------------

@@ -285,7 +285,8 @@ def resolve(flags: Mapping, environ: Optional[Mapping] = None,
     chosen = {}  # field -> (raw, source, from_file)
     flag_name = (flags.get("node_name"), "flag --node-name") if flags.get("node_name") else None
     name_text = flag_name or _env_value(KEYS_BY_FIELD["node_name"], environ)
-    node_name = name_text[0] if name_text else (data.get("nodeName") if data else None)
+    file_name = next((v for k, v in data.items() if _normal(str(k)) == "nodename"), None)
+    node_name = name_text[0] if name_text else file_name
     base, override = _file_layers(data, path, node_name)
     for key in KEYS:
         layers = [(base.get(key.field), True), (override.get(key.field), True)]

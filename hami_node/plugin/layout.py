@@ -84,9 +84,10 @@ def read_container_metas(layout: HostLayout) -> list:
     for path in sorted(layout.containers.glob("*.json")):
         try:
             meta = json.loads(path.read_text())
+            mtime = path.stat().st_mtime
         except (OSError, ValueError):
             continue  # being written, or removed meanwhile
         if isinstance(meta, dict):
-            meta["_mtime"] = path.stat().st_mtime if path.exists() else 0
+            meta["_mtime"] = mtime
             out.append(meta)
     return out

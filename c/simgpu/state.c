@@ -18,6 +18,8 @@ static pthread_once_t open_once = PTHREAD_ONCE_INIT;
 static enum sim_status open_status = SIM_NO_STATE;
 static struct sim_state *state;
 static uint64_t ctx_overhead;
+static int view[SIM_MAX_DEVICES]; /* visible index -> device record */
+static int view_count;
 
 /* mkdir -p with mode 0700 for the directories it creates. */
 static int make_dirs(const char *path)
@@ -156,6 +158,21 @@ static struct sim_state *map_state(const char *dir, const struct sim_config *cfg
     return s;
 }
 
+/* The devices this process sees (HAMI_SIM_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES). */
+static int open_view(void)
+{
+    char *uuids[SIM_MAX_DEVICES], err[256];
+    int count = (int)state->header.device_count;
+    for (int i = 0; i < count; i++)
+        uuids[i] = state->devices[i].uuid;
+    const char *container = getenv("HAMI_SIM_VISIBLE_DEVICES");
+    const char *cuda = sim_honours_cuda_visible ? getenv("CUDA_VISIBLE_DEVICES") : NULL;
+    view_count = sim_visible_view(container, cuda, uuids, count, view, err, sizeof err);
+    if (view_count < 0)
+        fprintf(stderr, "hami-sim: HAMI_SIM_VISIBLE_DEVICES='%s': %s\n", container, err);
+    return view_count;
+}
+
 static void open_once_fn(void)
 {
     char err[256];
@@ -191,6 +208,10 @@ static void open_once_fn(void)
         open_status = SIM_NO_STATE;
         return;
     }
+    if (open_view() < 0) {
+        open_status = SIM_BAD_CONFIG;
+        return;
+    }
     sim_slots_init();
     open_status = SIM_READY;
 }
@@ -201,13 +222,13 @@ enum sim_status sim_open(void)
     return open_status;
 }
 
-int sim_device_count(void) { return sim_open() == SIM_READY ? (int)state->header.device_count : 0; }
+int sim_device_count(void) { return sim_open() == SIM_READY ? view_count : 0; }
 
 struct sim_device *sim_device(int index)
 {
-    if (sim_open() != SIM_READY || index < 0 || index >= (int)state->header.device_count)
+    if (sim_open() != SIM_READY || index < 0 || index >= view_count)
         return NULL;
-    return &state->devices[index];
+    return &state->devices[view[index]];
 }
 
 uint64_t sim_ctx_overhead(void) { return ctx_overhead; }

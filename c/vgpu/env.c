@@ -102,8 +102,9 @@ static int parse_limits(char *const *envp, struct vgpu_config *out, char *err, s
             memcpy(index_text, rest, (size_t)(eq - rest));
         long index = parse_uint(index_text, VGPU_MAX_DEVICES - 1);
         if (!eq || index < 0) {
-            snprintf(err, errlen, "%.*s: the device index must be a number from 0 to %d",
-                     (int)(eq ? eq - *e : (long)strlen(*e)), *e, VGPU_MAX_DEVICES - 1);
+            snprintf(err, errlen, "%.*s='%s': the device index must be a number from 0 to %d",
+                     (int)(eq ? eq - *e : (long)strlen(*e)), *e, eq ? eq + 1 : "",
+                     VGPU_MAX_DEVICES - 1);
             return -1;
         }
         const char *value = eq + 1;

@@ -197,18 +197,18 @@ int vgpu_claim_slot(void)
     return my_slot >= 0 ? 0 : -1;
 }
 
-/* Adds to this process's slot and the device total; lock held. */
+/* Adds to the device total and this process's slot; lock held. */
 static void add_locked(int rec, uint64_t bytes)
 {
     struct vgpu_device *d = &shm->devices[rec];
-    shm->procs[my_slot].used[rec] += bytes;
-    if (VGPU_UNLIKELY(stop_in_lock)) { /* test hook: be "killed mid-update" here */
-        stop_in_lock = 0;
-        raise(SIGSTOP);
-    }
     d->used_bytes += bytes;
     if (d->used_bytes > d->peak_bytes)
         d->peak_bytes = d->used_bytes;
+    if (VGPU_UNLIKELY(stop_in_lock)) { /* test hook: be "killed mid-update", total ahead */
+        stop_in_lock = 0;
+        raise(SIGSTOP);
+    }
+    shm->procs[my_slot].used[rec] += bytes;
 }
 
 int vgpu_charge(int rec, uint64_t bytes)

@@ -127,9 +127,7 @@ static void accounting_init(void)
     struct vgpu_shared *s = vgpu_shared_open(c->cache_path, c->cache_is_default ? 0600 : 0666,
                                              c->policy);
     if (!s || vgpu_ledger_init(s, c->priority, c->test_stop_in_lock) < 0) {
-        vgpu_log(VGPU_LOG_ERROR, "no usable shared accounting file (CUDA_DEVICE_MEMORY_SHARED_"
-                 "CACHE=%s); refusing to start: every CUDA call fails", c->cache_path);
-        refuse();
+        refuse(); /* vgpu_shared_open said why */
         return;
     }
     accounting_ok = 1;

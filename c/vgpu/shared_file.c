@@ -25,6 +25,7 @@ _Static_assert(sizeof(pthread_mutex_t) <= VGPU_LOCK_BYTES, "mutex fits the lock 
 
 #define OPEN_ATTEMPTS 50            /* x 10 ms: how long to wait for another rebuilder */
 #define FILE_SIZE sizeof(struct vgpu_shared)
+#define REFUSAL "; every CUDA call of this process fails"
 
 static int held_fd = -1; /* keeps this process's shared flock for its whole life */
 
@@ -155,54 +156,53 @@ static struct vgpu_shared *rebuild_locked(int fd, int policy)
     return s;
 }
 
-/* One attempt on an open file: 1 mapped, 0 retry later, -1 give up. */
-static int try_file(int fd, const char *path, int policy, int *reported,
-                    struct vgpu_shared **out)
+/* One attempt on an open file: 1 mapped, 0 retry later, -1 give up. *why says what was wrong
+ * with the file (NULL: nothing, or just empty). */
+static int try_file(int fd, int policy, const char **why, struct vgpu_shared **out)
 {
-    const char *why = NULL;
     if (flock(fd, LOCK_SH) < 0)
         return -1;
-    if ((*out = map_checked(fd, &why)) != NULL)
+    if ((*out = map_checked(fd, why)) != NULL)
         return 1;
-    if (why && !*reported) {
-        vgpu_log(VGPU_LOG_ERROR, "shared file %s %s", path, why);
-        *reported = 1;
-    }
     if (flock(fd, LOCK_EX | LOCK_NB) < 0)
         return 0; /* live users (or another rebuilder): look again shortly */
-    if ((*out = map_checked(fd, &why)) == NULL) {
+    const char *again = NULL;
+    if ((*out = map_checked(fd, &again)) == NULL) /* nobody fixed it meanwhile */
         *out = rebuild_locked(fd, policy);
-        if (*out && *reported)
-            vgpu_log(VGPU_LOG_ERROR, "rebuilt %s: no live process was using it", path);
-    }
     flock(fd, LOCK_SH);
     return *out ? 1 : -1;
 }
 
 struct vgpu_shared *vgpu_shared_open(const char *path, int mode, int policy)
 {
-    int reported = 0;
+    const char *why = NULL;
     if (make_parent_dirs(path, mode == 0600 ? 0700 : 0755) < 0) {
-        vgpu_log(VGPU_LOG_ERROR, "cannot create the folder of %s: %s", path, strerror(errno));
+        vgpu_log(VGPU_LOG_ERROR, "cannot create the folder of %s: %s" REFUSAL, path,
+                 strerror(errno));
         return NULL;
     }
     for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
         int fd = open(path, O_RDWR | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT) {
             if (create_fresh(path, mode, policy) < 0) {
-                vgpu_log(VGPU_LOG_ERROR, "cannot create %s: %s", path, strerror(errno));
+                vgpu_log(VGPU_LOG_ERROR, "cannot create %s: %s" REFUSAL, path, strerror(errno));
                 return NULL;
             }
             continue;
         }
         if (fd < 0) {
-            vgpu_log(VGPU_LOG_ERROR, "cannot open %s: %s", path, strerror(errno));
+            vgpu_log(VGPU_LOG_ERROR, "cannot open %s: %s" REFUSAL, path, strerror(errno));
             return NULL;
         }
         struct vgpu_shared *s = NULL;
-        int rc = try_file(fd, path, policy, &reported, &s);
+        const char *problem = NULL;
+        int rc = try_file(fd, policy, &problem, &s);
+        why = problem ? problem : why;
         if (rc == 1) {
             held_fd = fd;
+            if (why)
+                vgpu_log(VGPU_LOG_ERROR, "shared file %s %s; rebuilt it, as no live process "
+                         "was using it", path, why);
             return s;
         }
         close(fd);
@@ -211,7 +211,8 @@ struct vgpu_shared *vgpu_shared_open(const char *path, int mode, int policy)
         struct timespec pause = {0, 10 * 1000 * 1000};
         nanosleep(&pause, NULL);
     }
-    vgpu_log(VGPU_LOG_ERROR, "refusing to use %s: live processes still use it with another "
-             "layout; stop them, or set CUDA_DEVICE_MEMORY_SHARED_CACHE to a new path", path);
+    vgpu_log(VGPU_LOG_ERROR, "shared file %s %s; it cannot be rebuilt while live processes use "
+             "it: stop them, or set CUDA_DEVICE_MEMORY_SHARED_CACHE to a new path" REFUSAL, path,
+             why ? why : "is unusable");
     return NULL;
 }

@@ -4,7 +4,7 @@ command will run with: CUDA_VISIBLE_DEVICES, the simulator's library path)."""
 import json
 import subprocess
 import sys
-from typing import List, Mapping, Protocol
+from typing import List, Mapping, Protocol, runtime_checkable
 
 from hami_node.shim.errors import ShimError
 
@@ -24,6 +24,7 @@ print(json.dumps({"rc": rc, "totals": totals}))
 '''
 
 
+@runtime_checkable
 class DeviceProbe(Protocol):
     """Where device sizes come from (a child process asking the driver, by default)."""
 

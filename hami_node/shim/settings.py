@@ -90,8 +90,8 @@ class ShimSettings:
                 continue
             index = match.group(2)
             if not (index.isascii() and index.isdigit() and int(index) < MAX_DEVICES):
-                raise ShimConfigError(f"{name}: the device index must be a number from 0 to "
-                                      f"{MAX_DEVICES - 1}")
+                raise ShimConfigError(f"{name}={value!r}: the device index must be a number "
+                                      f"from 0 to {MAX_DEVICES - 1}")
             if value and match.group(1) == MEM_LIMIT:
                 per_mem[int(index)] = parse_size(value, name)
             elif value:

@@ -4,12 +4,13 @@ be microseconds stale) and never writes: processes that died are left out of the
 their slots are freed by the shim itself at its next liveness sweep."""
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Protocol, Union
+from typing import Dict, List, Optional, Protocol, Union, runtime_checkable
 
 from hami_node.shim import layout
 from hami_node.shim.errors import CacheFileError
 
 
+@runtime_checkable
 class ProcessTable(Protocol):
     """Where process liveness comes from (the real /proc by default)."""
 
@@ -37,12 +38,14 @@ class ProcFs:
 
 @dataclass(frozen=True)
 class DeviceUsage:
-    """One device record: bytes, and the SM limit in percent (0: none)."""
+    """One device record: bytes, and the SM limit in percent (0: none). `used` sums the live
+    processes' slots; `counted` is the shim's running total (equal once dead slots are swept)."""
     index: int
     uuid: str
     total: int
     limit: int
     used: int
+    counted: int
     peak: int
     sm_limit: int
     refusals: int
@@ -119,8 +122,8 @@ def read_usage(path: Union[str, Path], processes: Optional[ProcessTable] = None)
             continue
         used = sum(p.used.get(index, 0) for p in live)  # the slots are the truth
         devices.append(DeviceUsage(index, dev.uuid.decode(errors="replace"), dev.total_bytes,
-                                   dev.limit_bytes, used, dev.peak_bytes, dev.sm_limit,
-                                   dev.refusals))
+                                   dev.limit_bytes, used, dev.used_bytes, dev.peak_bytes,
+                                   dev.sm_limit, dev.refusals))
     return CacheSnapshot(str(path), shared.header.version,
                          layout.POLICY_NAMES.get(shared.header.policy, "?"), devices,
                          sorted(live, key=lambda p: p.pid), dead)

@@ -6,10 +6,12 @@ also when it fails.
 """
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,19 @@ class Shim:
         self.children.append(proc)
         return proc
 
+    def watch(self, code=None, cmd=None, limit="1g", extra=(), env=None, **kw):
+        """spawn(), with stdout read line by line in the background: use next_line()."""
+        proc = self.spawn(code, cmd, limit, extra, env, **kw)
+        proc.lines = queue.Queue()
+
+        def pump():
+            for line in proc.stdout:
+                proc.lines.put(line)
+            proc.lines.put("")
+
+        threading.Thread(target=pump, daemon=True).start()
+        return proc
+
     def run(self, code=None, cmd=None, limit="1g", extra=(), env=None, timeout=60, check=True):
         """Runs a child to its end: (JSON lines of stdout, stderr, exit status)."""
         proc = self.spawn(code, cmd, limit, extra, env)
@@ -86,14 +101,20 @@ class Shim:
         """The container's view from the shared file."""
         return read_usage(self.cache)
 
+    def kill(self, proc):
+        """SIGKILL a child's whole process group (hami-run and what it started)."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     def close(self):
         for proc in self.children:
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.communicate()
+            self.kill(proc)
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream:
+                    stream.close()
 
 
 @pytest.fixture

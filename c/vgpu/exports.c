@@ -36,8 +36,8 @@ void *vgpu_hook_address(const char *name)
 
 void *vgpu_hook_for_real(const void *real)
 {
-    for (int i = 0; i < SYM_COUNT; i++)
-        if (hooks[i] && vgpu_real[i] == real)
+    for (int i = 0; i < SYM_CUDA_COUNT; i++)
+        if (hooks[i] && vgpu_real_fn((enum vgpu_sym)i) == real)
             return hooks[i];
     return NULL;
 }

@@ -165,8 +165,15 @@ VGPU_NVML_HOOKS(VGPU_DECLARE_NVML_HOOK)
 #undef VGPU_DECLARE_CU_HOOK
 #undef VGPU_DECLARE_NVML_HOOK
 
-/* The real driver's functions, by enum vgpu_sym; NULL when the real library lacks one. */
+/* The real driver's functions, by enum vgpu_sym, resolved on first use (a process pays only
+ * for the functions it calls); NULL when the real library lacks one. */
 extern void *vgpu_real[SYM_COUNT];
+void *vgpu_resolve(enum vgpu_sym s);
+static inline void *vgpu_real_fn(enum vgpu_sym s)
+{
+    void *fn = __atomic_load_n(&vgpu_real[s], __ATOMIC_RELAXED);
+    return __builtin_expect(fn != NULL, 1) ? fn : vgpu_resolve(s);
+}
 /* Name of a symbol; the hook handed out for a name (NULL when not hooked). */
 const char *vgpu_sym_name(enum vgpu_sym s);
 void *vgpu_hook_address(const char *name);
@@ -175,9 +182,16 @@ void *vgpu_hook_for_real(const void *real);
 
 /* Calls the real function, or answers "not found" when the real library lacks it: the shim
  * never calls a NULL pointer. */
-#define REAL_FN(sym) ((__typeof__(&sym))vgpu_real[SYM_##sym])
-#define CALL_CU(sym, ...) (REAL_FN(sym) ? REAL_FN(sym)(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND)
+#define REAL_FN(sym) ((__typeof__(&sym))vgpu_real_fn(SYM_##sym))
+#define CALL_CU(sym, ...)                                                                      \
+    ({                                                                                         \
+        __typeof__(&sym) real_fn_ = REAL_FN(sym);                                              \
+        real_fn_ ? real_fn_(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND;                               \
+    })
 #define CALL_NVML(sym, ...)                                                                    \
-    (REAL_FN(sym) ? REAL_FN(sym)(__VA_ARGS__) : NVML_ERROR_FUNCTION_NOT_FOUND)
+    ({                                                                                         \
+        __typeof__(&sym) real_fn_ = REAL_FN(sym);                                              \
+        real_fn_ ? real_fn_(__VA_ARGS__) : NVML_ERROR_FUNCTION_NOT_FOUND;                      \
+    })
 
 #endif /* HAMI_VGPU_HOOKS_H */

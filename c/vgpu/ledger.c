@@ -154,19 +154,22 @@ void vgpu_reap(int force)
     }
 }
 
-/* Takes a free slot, starting at a place that depends on the pid so that processes starting
- * together rarely look at the same slots; lock held. */
-static int take_slot_locked(void)
+/* Takes a free slot without the lock (start-up never waits for other processes): a compare-
+ * and-swap of its pid from 0. Free slots hold no bytes (free_slot_locked zeroes them before it
+ * clears the pid), so a claimed slot is consistent from its first instant. The search starts
+ * at a place that depends on the pid, so processes starting together rarely race for a slot. */
+static int take_slot(void)
 {
     for (int k = 0; k < VGPU_MAX_PROCS; k++) {
         int i = (int)(((unsigned)my_pid + (unsigned)k) % VGPU_MAX_PROCS);
         struct vgpu_proc *p = &shm->procs[i];
-        if (p->pid)
+        int32_t expected = 0;
+        if (__atomic_load_n(&p->pid, __ATOMIC_RELAXED) != 0 ||
+            !__atomic_compare_exchange_n(&p->pid, &expected, my_pid, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_RELAXED))
             continue;
-        memset(p->used, 0, sizeof p->used);
-        p->start_time = my_start;
         p->priority = my_priority;
-        __atomic_store_n(&p->pid, my_pid, __ATOMIC_RELEASE);
+        __atomic_store_n(&p->start_time, my_start, __ATOMIC_RELEASE);
         return i;
     }
     return -1;
@@ -183,12 +186,8 @@ int vgpu_claim_slot(void)
     }
     for (int attempt = 0; my_slot < 0 && attempt < 2; attempt++) {
         if (attempt == 1)
-            vgpu_reap(1);
-        if (lock() < 0)
-            break;
-        int slot = take_slot_locked();
-        unlock();
-        __atomic_store_n(&my_slot, slot, __ATOMIC_RELEASE);
+            vgpu_reap(1); /* full: some of them may be dead */
+        __atomic_store_n(&my_slot, take_slot(), __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&claim_lock);
     if (my_slot < 0)
@@ -298,12 +297,23 @@ int vgpu_ledger_register(const char *uuid, uint64_t total, uint64_t limit, uint3
     return rec;
 }
 
-/* A process that exits normally gives its slot back at once (the driver frees its memory). */
+/* A process that exits normally gives its slot back at once (the driver frees its memory).
+ * A slot that holds nothing is freed without the lock, so processes ending together (as they
+ * started) do not queue for it. */
 __attribute__((destructor)) static void release_slot_at_exit(void)
 {
-    if (!shm || my_slot < 0 || getpid() != my_pid || lock() < 0)
+    if (!shm || my_slot < 0 || getpid() != my_pid)
         return;
     slot_released = 1;
-    free_slot_locked(my_slot);
-    unlock();
+    struct vgpu_proc *p = &shm->procs[my_slot];
+    int holds = 0;
+    for (int d = 0; d < VGPU_MAX_DEVICES; d++)
+        holds |= __atomic_load_n(&p->used[d], __ATOMIC_RELAXED) != 0;
+    if (!holds) {
+        __atomic_store_n(&p->start_time, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->pid, 0, __ATOMIC_RELEASE);
+    } else if (lock() == 0) {
+        free_slot_locked(my_slot);
+        unlock();
+    }
 }

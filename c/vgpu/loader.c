@@ -80,30 +80,43 @@ const struct vgpu_config *vgpu_config(void)
     return &cfg;
 }
 
-/* dlopen()s a real library and resolves symbols [first, last) from it. */
-static void load_library(const char *soname, int first, int last)
+static void *cuda_lib, *nvml_lib;
+static unsigned char missing[SYM_COUNT]; /* looked up and absent from the real library */
+
+/* dlopen()s a real library; its symbols are resolved when first called (vgpu_resolve). */
+static void *load_library(const char *soname)
 {
-    dlsym_fn find = get_real_dlsym();
     void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (!lib || !find) {
+    if (!lib || !get_real_dlsym())
         vgpu_log(VGPU_LOG_ERROR, "cannot load the real %s: %s", soname,
                  lib ? "dlsym not found in the C library" : dlerror());
-        return;
-    }
-    for (int i = first; i < last; i++)
-        vgpu_real[i] = find(lib, vgpu_sym_name((enum vgpu_sym)i));
+    return lib;
 }
 
 static void cuda_init(void)
 {
     vgpu_config();
-    load_library("libcuda.so.1", 0, SYM_CUDA_COUNT);
+    cuda_lib = load_library("libcuda.so.1");
 }
 
 static void nvml_init(void)
 {
     vgpu_config();
-    load_library("libnvidia-ml.so.1", SYM_CUDA_COUNT, SYM_COUNT);
+    nvml_lib = load_library("libnvidia-ml.so.1");
+}
+
+void *vgpu_resolve(enum vgpu_sym s)
+{
+    void *lib = s < SYM_CUDA_COUNT ? cuda_lib : nvml_lib;
+    dlsym_fn find = get_real_dlsym();
+    if (!lib || !find || __atomic_load_n(&missing[s], __ATOMIC_RELAXED))
+        return NULL;
+    void *fn = find(lib, vgpu_sym_name(s)); /* racing threads store the same pointer */
+    if (fn)
+        __atomic_store_n(&vgpu_real[s], fn, __ATOMIC_RELAXED);
+    else
+        __atomic_store_n(&missing[s], 1, __ATOMIC_RELAXED);
+    return fn;
 }
 
 CUresult vgpu_cuda_ready(void)
@@ -141,9 +154,10 @@ CUresult vgpu_accounting_ready(void)
 
 void *vgpu_passthrough(enum vgpu_sym s)
 {
-    if (vgpu_real[s])
-        return vgpu_real[s];
-    dlsym_fn find = get_real_dlsym();
+    void *fn = vgpu_resolve(s);
+    if (fn)
+        return fn;
+    dlsym_fn find = get_real_dlsym(); /* called before initialisation: whoever is next */
     return find ? find(RTLD_NEXT, vgpu_sym_name(s)) : NULL;
 }
 

@@ -176,14 +176,14 @@ static int try_file(int fd, int policy, const char **why, struct vgpu_shared **o
 struct vgpu_shared *vgpu_shared_open(const char *path, int mode, int policy)
 {
     const char *why = NULL;
-    if (make_parent_dirs(path, mode == 0600 ? 0700 : 0755) < 0) {
-        vgpu_log(VGPU_LOG_ERROR, "cannot create the folder of %s: %s" REFUSAL, path,
-                 strerror(errno));
-        return NULL;
-    }
     for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
         int fd = open(path, O_RDWR | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT) {
+        if (fd < 0 && errno == ENOENT) { /* the first process of the container */
+            if (make_parent_dirs(path, mode == 0600 ? 0700 : 0755) < 0) {
+                vgpu_log(VGPU_LOG_ERROR, "cannot create the folder of %s: %s" REFUSAL, path,
+                         strerror(errno));
+                return NULL;
+            }
             if (create_fresh(path, mode, policy) < 0) {
                 vgpu_log(VGPU_LOG_ERROR, "cannot create %s: %s" REFUSAL, path, strerror(errno));
                 return NULL;

@@ -24,22 +24,10 @@ struct CUmipmappedArray_st {
     uint64_t charged;
 };
 
-static size_t element_bytes(CUarray_format f)
-{
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF:
-        return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT:
-        return 4;
-    default: return 0;
-    }
-}
-
 /* Bytes of one level of an array (0 when the descriptor is invalid or overflows). */
 static uint64_t level_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int level)
 {
-    size_t elem = element_bytes(d->Format);
+    size_t elem = hami_array_format_bytes(d->Format);
     if (!elem || d->Width == 0 || level >= 64 ||
         (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4))
         return 0;

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hami_robust_mutex.h"
 #include "sim.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= SIM_LOCK_BYTES, "mutex fits the lock field");
@@ -73,16 +74,6 @@ static const char *mismatch(const struct sim_state *s, off_t size, const char *c
     return NULL;
 }
 
-static void init_lock(struct sim_state *s)
-{
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init((pthread_mutex_t *)(void *)s->header.lock, &attr);
-    pthread_mutexattr_destroy(&attr);
-}
-
 /* Writes a fresh state file next to `path` and renames it over `path`. */
 static int rebuild(const char *path, const struct sim_config *cfg, const char *config,
                    const char *seed)
@@ -102,7 +93,7 @@ static int rebuild(const char *path, const struct sim_config *cfg, const char *c
             s->header.device_count = (uint32_t)cfg->count;
             s->header.device_size = sizeof(struct sim_device);
             memcpy(s->header.config, config, strnlen(config, SIM_CONFIG_LEN - 1));
-            init_lock(s);
+            hami_robust_mutex_init(s->header.lock);
             for (int i = 0; i < cfg->count; i++)
                 sim_device_identity(&s->devices[i], i, &cfg->gpus[i], seed);
             __atomic_store_n(&s->header.magic, SIM_STATE_MAGIC, __ATOMIC_RELEASE);

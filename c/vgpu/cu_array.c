@@ -3,18 +3,12 @@
  * dimension down to 1), rounded as the driver rounds allocations. */
 #include "vgpu.h"
 
-/* Bytes per channel of a format; the largest one for formats this header does not know, so an
+/* Bytes per channel of a format; the largest one for formats the header does not list, so an
  * unknown format is over-counted rather than escaping the limit. */
 static uint64_t element_bytes(CUarray_format f)
 {
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF:
-        return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT:
-        return 4;
-    default: return 16;
-    }
+    size_t bytes = hami_array_format_bytes(f);
+    return bytes ? bytes : 16;
 }
 
 /* Bytes of `levels` levels of an array; 0 when the descriptor is empty or absurd (the driver

@@ -49,42 +49,28 @@ void *vgpu_hook_for_real(const void *real)
         return real_ ? real_ args : missing;                                                   \
     } while (0)
 
+/* One exported wrapper: `gate` initialises and says whether the hook may run (`ok`). */
+#define WRAPPER(type, ok, gate, missing, sym, params, args)                                    \
+    VGPU_EXPORT type sym params                                                                \
+    {                                                                                          \
+        if (VGPU_UNLIKELY(vgpu_guard))                                                         \
+            PASSTHROUGH(sym, args, missing);                                                   \
+        vgpu_guard = 1;                                                                        \
+        type rc_ = gate;                                                                       \
+        if (__builtin_expect(rc_ == ok, 1))                                                    \
+            rc_ = hook_##sym args;                                                             \
+        vgpu_guard = 0;                                                                        \
+        return rc_;                                                                            \
+    }
+
+/* Routes initialise inside the hook (they never fail closed); hooks pass the gate first. */
 #define CU_ROUTE_WRAPPER(sym, params, args)                                                    \
-    VGPU_EXPORT CUresult sym params                                                            \
-    {                                                                                          \
-        if (VGPU_UNLIKELY(vgpu_guard))                                                         \
-            PASSTHROUGH(sym, args, CUDA_ERROR_NOT_FOUND);                                      \
-        vgpu_guard = 1;                                                                        \
-        CUresult rc_ = hook_##sym args;                                                        \
-        vgpu_guard = 0;                                                                        \
-        return rc_;                                                                            \
-    }
-
+    WRAPPER(CUresult, CUDA_SUCCESS, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, sym, params, args)
 #define CU_HOOK_WRAPPER(sym, params, args)                                                     \
-    VGPU_EXPORT CUresult sym params                                                            \
-    {                                                                                          \
-        if (VGPU_UNLIKELY(vgpu_guard))                                                         \
-            PASSTHROUGH(sym, args, CUDA_ERROR_NOT_FOUND);                                      \
-        vgpu_guard = 1;                                                                        \
-        CUresult rc_ = vgpu_cuda_ready();                                                      \
-        if (__builtin_expect(rc_ == CUDA_SUCCESS, 1))                                          \
-            rc_ = hook_##sym args;                                                             \
-        vgpu_guard = 0;                                                                        \
-        return rc_;                                                                            \
-    }
-
+    WRAPPER(CUresult, CUDA_SUCCESS, vgpu_cuda_ready(), CUDA_ERROR_NOT_FOUND, sym, params, args)
 #define NVML_HOOK_WRAPPER(sym, params, args)                                                   \
-    VGPU_EXPORT nvmlReturn_t sym params                                                        \
-    {                                                                                          \
-        if (VGPU_UNLIKELY(vgpu_guard))                                                         \
-            PASSTHROUGH(sym, args, NVML_ERROR_FUNCTION_NOT_FOUND);                             \
-        vgpu_guard = 1;                                                                        \
-        nvmlReturn_t rc_ = vgpu_nvml_ready();                                                  \
-        if (rc_ == NVML_SUCCESS)                                                               \
-            rc_ = hook_##sym args;                                                             \
-        vgpu_guard = 0;                                                                        \
-        return rc_;                                                                            \
-    }
+    WRAPPER(nvmlReturn_t, NVML_SUCCESS, vgpu_nvml_ready(), NVML_ERROR_FUNCTION_NOT_FOUND, sym,   \
+            params, args)
 
 VGPU_CUDA_ROUTES(CU_ROUTE_WRAPPER)
 VGPU_CUDA_HOOKS(CU_HOOK_WRAPPER)

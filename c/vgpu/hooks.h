@@ -22,6 +22,16 @@
 #include "hami_cuda.h"
 #include "hami_nvml.h"
 
+/* The parameters of cuLaunchKernel and cuLaunchCooperativeKernel (`more`: what follows
+ * kernelParams, i.e. cuLaunchKernel's `extra`). */
+#define VGPU_KERNEL_PARAMS(more...)                                                            \
+    (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,        \
+     unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                   \
+     unsigned int sharedMemBytes, CUstream hStream, void **kernelParams more)
+#define VGPU_KERNEL_ARGS(more...)                                                              \
+    (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, \
+     kernelParams more)
+
 /* Routing: they hand out hooks, so they work even when the shim has failed closed. */
 #define VGPU_CUDA_ROUTES(X)                                                                    \
     X(cuGetProcAddress, (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags),     \
@@ -98,36 +108,16 @@
     X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev))                                      \
     X(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev))                                        \
     /* launches: pass-through with the compute limiter's branch (cu_launch.c) */                \
-    X(cuLaunchKernel,                                                                          \
-      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,      \
-       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                 \
-       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra),      \
-      (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,       \
-       hStream, kernelParams, extra))                                                          \
-    X(cuLaunchKernel_ptsz,                                                                     \
-      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,      \
-       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                 \
-       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra),      \
-      (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,       \
-       hStream, kernelParams, extra))                                                          \
+    X(cuLaunchKernel, VGPU_KERNEL_PARAMS(, void **extra), VGPU_KERNEL_ARGS(, extra))            \
+    X(cuLaunchKernel_ptsz, VGPU_KERNEL_PARAMS(, void **extra), VGPU_KERNEL_ARGS(, extra))       \
     X(cuLaunchKernelEx,                                                                        \
       (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),         \
       (config, f, kernelParams, extra))                                                        \
     X(cuLaunchKernelEx_ptsz,                                                                   \
       (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),         \
       (config, f, kernelParams, extra))                                                        \
-    X(cuLaunchCooperativeKernel,                                                               \
-      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,      \
-       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                 \
-       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams),                    \
-      (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,       \
-       hStream, kernelParams))                                                                 \
-    X(cuLaunchCooperativeKernel_ptsz,                                                          \
-      (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,      \
-       unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                 \
-       unsigned int sharedMemBytes, CUstream hStream, void **kernelParams),                    \
-      (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes,       \
-       hStream, kernelParams))                                                                 \
+    X(cuLaunchCooperativeKernel, VGPU_KERNEL_PARAMS(), VGPU_KERNEL_ARGS())                      \
+    X(cuLaunchCooperativeKernel_ptsz, VGPU_KERNEL_PARAMS(), VGPU_KERNEL_ARGS())                 \
     X(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))         \
     X(cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
 

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hami_robust_mutex.h"
 #include "vgpu.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= VGPU_LOCK_BYTES, "mutex fits the lock field");
@@ -60,12 +61,7 @@ static void init_layout(struct vgpu_shared *s, int policy)
     s->header.max_devices = VGPU_MAX_DEVICES;
     s->header.max_procs = VGPU_MAX_PROCS;
     s->header.policy = policy;
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init((pthread_mutex_t *)(void *)s->header.lock, &attr);
-    pthread_mutexattr_destroy(&attr);
+    hami_robust_mutex_init(s->header.lock);
     __atomic_store_n(&s->header.magic, VGPU_MAGIC, __ATOMIC_RELEASE);
 }
 

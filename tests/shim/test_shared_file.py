@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hami_common.cmirror import compare_layout
 from hami_node.shim import layout, read_usage
 from tests_shim_common import ROOT
 
@@ -24,24 +25,9 @@ def test_python_mirror_has_the_asserted_layout(struct, field, value):
 
 
 def test_every_field_matches_the_c_header(tmp_path):
-    """A probe compiled against vgpu_shared.h prints each struct's size and field offsets."""
-    checks, expected = [], []
-    for struct, c_name in MIRRORS.items():
-        checks.append(f'printf("%zu\\n", sizeof(struct {c_name}));')
-        expected.append(ctypes.sizeof(struct))
-        for name, _ in struct._fields_:
-            checks.append(f'printf("%zu\\n", offsetof(struct {c_name}, {name}));')
-            expected.append(getattr(struct, name).offset)
-    checks.append(f'printf("%llu %d\\n", VGPU_MAGIC, VGPU_VERSION);')
-    probe = tmp_path / "probe.c"
-    probe.write_text('#include <stdio.h>\n#include "vgpu_shared.h"\nint main(void) {\n'
-                     + "\n".join(checks) + "\nreturn 0;\n}\n")
-    subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", f"-I{ROOT}/c/vgpu", str(probe),
-                    "-o", str(tmp_path / "probe")], check=True, timeout=60)
-    out = subprocess.run([str(tmp_path / "probe")], capture_output=True, text=True,
-                         check=True).stdout.split()
-    assert [int(v) for v in out[:-2]] == expected
-    assert (int(out[-2]), int(out[-1])) == (layout.MAGIC, layout.VERSION)
+    from_c, from_python = compare_layout(MIRRORS, "vgpu_shared.h", [ROOT / "c/vgpu"], tmp_path,
+                                         constants=["VGPU_MAGIC", "VGPU_VERSION"])
+    assert from_c == from_python + [layout.MAGIC, layout.VERSION]
 
 
 def other_version(path: Path):

@@ -2,7 +2,6 @@
 import ctypes
 import json
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest

@@ -3,9 +3,9 @@
  *   shim_overhead LIBVGPU PAIRS LAUNCHES ROUNDS
  *       resolves cuMemAlloc_v2 / cuMemFree_v2 / cuLaunchKernel twice in one process: from
  *       libcuda.so.1 (straight to the driver) and from LIBVGPU (through the shim, dlopen()ed
- *       after the real ones were taken), then alternates timed rounds of each and prints
- *       "alloc_free_direct alloc_free_shim launch_direct launch_shim" (ns per operation, the
- *       best round of each).
+ *       after the real ones were taken), then alternates short timed rounds of each and
+ *       prints, in ns per operation (medians over the rounds): "alloc_free_direct
+ *       alloc_free_shim launch_direct launch_shim alloc_free_added launch_added".
  *   shim_overhead startup
  *       cuInit only; prints the nanoseconds it took (run with LD_PRELOAD=libvgpu.so to time
  *       the shim's start-up: mapping the shared file and claiming a process slot).
@@ -61,6 +61,24 @@ static double time_launches(const struct api *a, void *f, long n)
     return (now_ns() - t0) / n;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median over rounds of column `k` of a rounds x 4 table, minus column `minus` if >= 0. */
+static double median_of(const double *t, long rounds, int k, int minus)
+{
+    double *v = malloc((size_t)rounds * sizeof *v);
+    for (long r = 0; r < rounds; r++)
+        v[r] = t[r * 4 + k] - (minus >= 0 ? t[r * 4 + minus] : 0);
+    qsort(v, (size_t)rounds, sizeof *v, cmp_double);
+    double m = v[rounds / 2];
+    free(v);
+    return m;
+}
+
 static int startup(void)
 {
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
@@ -98,13 +116,24 @@ int main(int argc, char **argv)
         must(cuda, "cuModuleLoadData")(&mod, "x") ||
         must(cuda, "cuModuleGetFunction")(&f, mod, "spin"))
         return 4;
-    double best[4] = {1e18, 1e18, 1e18, 1e18};
+    /* Short rounds, alternating which side goes first: drift and load from elsewhere hit
+     * both sides alike, and the median of the per-round differences ignores outliers. */
+    double *t = calloc((size_t)rounds * 4, sizeof *t);
     for (long r = 0; r < rounds; r++) {
-        double t[4] = {time_pairs(&direct, pairs), time_pairs(&hooked, pairs),
-                       time_launches(&direct, f, launches), time_launches(&hooked, f, launches)};
-        for (int k = 0; k < 4; k++)
-            best[k] = t[k] < best[k] ? t[k] : best[k];
+        const struct api *first = r % 2 ? &hooked : &direct, *second = r % 2 ? &direct : &hooked;
+        double a = time_pairs(first, pairs), b = time_pairs(second, pairs);
+        double c = time_launches(first, f, launches), d = time_launches(second, f, launches);
+        t[r * 4 + 0] = r % 2 ? b : a;
+        t[r * 4 + 1] = r % 2 ? a : b;
+        t[r * 4 + 2] = r % 2 ? d : c;
+        t[r * 4 + 3] = r % 2 ? c : d;
     }
-    printf("%.1f %.1f %.1f %.1f\n", best[0], best[1], best[2], best[3]);
+    double out[6];
+    for (int k = 0; k < 4; k++)
+        out[k] = median_of(t, rounds, k, -1);
+    out[4] = median_of(t, rounds, 1, 0); /* shim - direct, per round */
+    out[5] = median_of(t, rounds, 3, 2);
+    printf("%.1f %.1f %.1f %.1f %.1f %.1f\n", out[0], out[1], out[2], out[3], out[4], out[5]);
+    free(t);
     return 0;
 }

@@ -144,6 +144,8 @@ static void accounting_init(void)
         return;
     }
     accounting_ok = 1;
+    vgpu_log(VGPU_LOG_INFO, "pid %d accounts in %s (limit of device 0: %llu bytes, 0 = none)",
+             (int)getpid(), c->cache_path, (unsigned long long)c->mem_limit[0]);
 }
 
 CUresult vgpu_accounting_ready(void)

@@ -74,6 +74,38 @@ static int refuse_size(const char *name, const char *value, char *err, size_t er
     return -1;
 }
 
+/* One CUDA_DEVICE_MEMORY_LIMIT_<i>=... or CUDA_DEVICE_SM_LIMIT_<i>=... environment entry. */
+static int parse_indexed(const char *entry, int is_mem, struct vgpu_config *out, char *err,
+                         size_t errlen)
+{
+    const char *rest = entry + (is_mem ? sizeof MEM_LIMIT : sizeof SM_LIMIT);
+    const char *eq = strchr(rest, '=');
+    char index_text[16] = "", name[64];
+    if (eq && (size_t)(eq - rest) < sizeof index_text)
+        memcpy(index_text, rest, (size_t)(eq - rest));
+    long index = parse_uint(index_text, VGPU_MAX_DEVICES - 1);
+    if (!eq || index < 0) {
+        snprintf(err, errlen, "%.*s='%s': the device index must be a number from 0 to %d",
+                 (int)(eq ? eq - entry : (long)strlen(entry)), entry, eq ? eq + 1 : "",
+                 VGPU_MAX_DEVICES - 1);
+        return -1;
+    }
+    const char *value = eq + 1;
+    snprintf(name, sizeof name, "%s_%ld", is_mem ? MEM_LIMIT : SM_LIMIT, index);
+    if (!value[0])
+        return 0; /* empty: the all-devices value stays */
+    if (is_mem)
+        return vgpu_parse_size(value, &out->mem_limit[index]) < 0
+                   ? refuse_size(name, value, err, errlen) : 0;
+    long pct = parse_uint(value, 1000000);
+    if (pct < 0) {
+        snprintf(err, errlen, "%s='%s' is not a percentage (0..100, 0 = no limit)", name, value);
+        return -1;
+    }
+    out->sm_limit[index] = (uint32_t)pct;
+    return 0;
+}
+
 /* CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT and their _<i> forms. */
 static int parse_limits(char *const *envp, struct vgpu_config *out, char *err, size_t errlen)
 {
@@ -92,35 +124,9 @@ static int parse_limits(char *const *envp, struct vgpu_config *out, char *err, s
     }
     for (char *const *e = envp; e && *e; e++) {
         int is_mem = strncmp(*e, MEM_LIMIT "_", sizeof MEM_LIMIT) == 0;
-        int is_sm = strncmp(*e, SM_LIMIT "_", sizeof SM_LIMIT) == 0;
-        if (!is_mem && !is_sm)
-            continue;
-        const char *rest = *e + (is_mem ? sizeof MEM_LIMIT : sizeof SM_LIMIT);
-        const char *eq = strchr(rest, '=');
-        char index_text[16] = "";
-        if (eq && (size_t)(eq - rest) < sizeof index_text)
-            memcpy(index_text, rest, (size_t)(eq - rest));
-        long index = parse_uint(index_text, VGPU_MAX_DEVICES - 1);
-        if (!eq || index < 0) {
-            snprintf(err, errlen, "%.*s='%s': the device index must be a number from 0 to %d",
-                     (int)(eq ? eq - *e : (long)strlen(*e)), *e, eq ? eq + 1 : "",
-                     VGPU_MAX_DEVICES - 1);
+        if ((is_mem || strncmp(*e, SM_LIMIT "_", sizeof SM_LIMIT) == 0) &&
+            parse_indexed(*e, is_mem, out, err, errlen) < 0)
             return -1;
-        }
-        const char *value = eq + 1;
-        if (is_mem && value[0] && vgpu_parse_size(value, &out->mem_limit[index]) < 0) {
-            char name[64];
-            snprintf(name, sizeof name, "%s_%ld", MEM_LIMIT, index);
-            return refuse_size(name, value, err, errlen);
-        }
-        long pct = is_sm && value[0] ? parse_uint(value, 1000000) : 0;
-        if (pct < 0) {
-            snprintf(err, errlen, "%s_%ld='%s' is not a percentage (0..100, 0 = no limit)",
-                     SM_LIMIT, index, value);
-            return -1;
-        }
-        if (is_sm && value[0])
-            out->sm_limit[index] = (uint32_t)pct;
     }
     return 0;
 }

@@ -116,8 +116,6 @@ int vgpu_ledger_init(struct vgpu_shared *s, int priority, int stop)
     return 0;
 }
 
-int vgpu_ledger_ready(void) { return shm != NULL; }
-
 /* Frees slot i and takes its bytes out of the device totals; lock held. */
 static void free_slot_locked(int i)
 {

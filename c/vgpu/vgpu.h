@@ -53,7 +53,6 @@ struct vgpu_shared *vgpu_shared_open(const char *path, int mode, int policy);
 
 /* ---- accounting (ledger.c) ---- */
 int vgpu_ledger_init(struct vgpu_shared *s, int priority, int stop_in_lock);
-int vgpu_ledger_ready(void);
 /* The record for a device UUID, created with these values when new; -1 when all are taken.
  * *limit_out receives the record's limit (an existing record keeps its own). */
 int vgpu_ledger_register(const char *uuid, uint64_t total, uint64_t limit, uint32_t sm,

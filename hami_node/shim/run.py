@@ -112,13 +112,14 @@ def prepare(args: argparse.Namespace, probe: DeviceProbe) -> Tuple[Dict[str, str
     env = base_env(args)
     owned = None if args.cache else Path(tempfile.mkdtemp(prefix="hami-run-"))
     cache = Path(args.cache).resolve() if args.cache else owned / "vgpu.cache"
+    done = False
     try:
-        settings = settings_for(args, env, cache, probe)
-        return shim_env(settings, base=env), owned
-    except Exception:
-        if owned:
+        full = shim_env(settings_for(args, env, cache, probe), base=env)
+        done = True
+        return full, owned
+    finally:
+        if owned and not done:  # the command will not run: nothing may stay behind
             shutil.rmtree(owned, ignore_errors=True)
-        raise
 
 
 def main(argv: Optional[List[str]] = None, probe: Optional[DeviceProbe] = None) -> int:

@@ -129,3 +129,59 @@ def test_cu_get_proc_address_answers_the_hook_for_each_version_and_stream_flavou
         want[(api, version, i)] = (0 if symbol else 500, True, status)
     assert got == want
 
+
+
+CTYPES_PATHS = '''
+    from ctypes import byref, c_int, c_size_t, c_uint, c_uint64, c_void_p, Structure
+    lib = ctypes.CDLL("libcuda.so.1")
+    class Location(Structure):
+        _fields_ = [("type", c_int), ("id", c_int)]
+    class Prop(Structure):
+        _fields_ = [("type", c_int), ("handles", c_int), ("location", Location),
+                    ("win32", c_void_p), ("flags", ctypes.c_uint8 * 8)]
+    class ArrayDesc(Structure):
+        _fields_ = [("width", c_size_t), ("height", c_size_t), ("format", c_int),
+                    ("channels", c_uint)]
+    def used():
+        free, total = c_size_t(), c_size_t()
+        assert lib.cuMemGetInfo_v2(byref(free), byref(total)) == 0
+        return total.value - free.value
+    assert lib.cuInit(0) == 0
+    ctx, p, pitch, h, arr = c_void_p(), c_uint64(), c_size_t(), c_uint64(), c_void_p()
+    assert lib.cuDevicePrimaryCtxRetain(byref(ctx), 0) == 0 and lib.cuCtxSetCurrent(ctx) == 0
+    steps = {}
+    assert lib.cuMemAllocPitch_v2(byref(p), byref(pitch), c_size_t(1000), c_size_t(1000), 4) == 0
+    steps["pitch"] = used()
+    assert lib.cuMemAllocManaged(byref(p), c_size_t(3 * MiB), 1) == 0
+    steps["managed"] = used()
+    prop = Prop(1, 0, Location(1, 0))
+    assert lib.cuMemCreate(byref(h), c_size_t(64 * MiB), byref(prop), c_uint64(0)) == 0
+    steps["handle"] = used()
+    assert lib.cuArrayCreate_v2(byref(arr), byref(ArrayDesc(1024, 1024, 0x20, 1))) == 0
+    steps["array"] = used()
+    assert lib.cuMemAllocAsync(byref(p), c_size_t(MiB), None) == 0
+    steps["pool"] = used()
+    steps["over"] = lib.cuMemCreate(byref(h), c_size_t(1024 * MiB), byref(prop), c_uint64(0))
+    say(**steps)
+'''
+
+
+def test_every_counted_path_through_a_ctypes_harness(shim):
+    out, _, _ = shim.run(CTYPES_PATHS)
+    pitched = 1000 * 1024
+    assert out == [{"pitch": pitched, "managed": pitched + 4 * MiB,
+                    "handle": pitched + 68 * MiB, "array": pitched + 72 * MiB,
+                    "pool": pitched + 104 * MiB, "over": 2}]
+
+
+def test_dlsym_hands_out_every_hook_the_driver_has(shim):
+    names = hooked_symbols()["cuda"] + hooked_symbols()["nvml"]
+    out, _, _ = shim.run(f'''
+        lib, nvml = ctypes.CDLL("libcuda.so.1"), ctypes.CDLL("libnvidia-ml.so.1")
+        shim = ctypes.CDLL(os.environ["LD_PRELOAD"].split(":")[0])
+        def addr(library, symbol):
+            return ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value
+        say(wrong=[s for s in {names!r}
+                   if addr(nvml if s.startswith("nvml") else lib, s) != addr(shim, s)])
+    ''')
+    assert out == [{"wrong": []}]

@@ -4,6 +4,9 @@
  *   harness hammer THREADS ITERS BYTES
  *                                 THREADS threads allocate and free BYTES ITERS times each,
  *                                 holding each allocation briefly; prints successes/refusals
+ *   harness hammer-async THREADS ITERS BYTES
+ *                                 the same with cuMemAllocAsync / cuMemFreeAsync on a stream
+ *                                 per thread, synchronising after each free
  *   harness startup               cuInit only (maps the shared file, claims a slot)
  * Output is one JSON line on stdout.
  */
@@ -18,6 +21,7 @@
 static CUcontext ctx;
 static size_t bytes;
 static long iterations;
+static int stream_ordered;
 
 static int fail(const char *what, CUresult rc)
 {
@@ -30,13 +34,17 @@ static void *hammer_thread(void *arg)
     long *counts = arg; /* [0] successes, [1] refusals, [2] other errors */
     cuCtxSetCurrent(ctx);
     struct timespec hold = {0, 20000};
+    CUstream s = NULL;
+    if (stream_ordered && cuStreamCreate(&s, 0) != CUDA_SUCCESS)
+        counts[2]++;
     for (long i = 0; i < iterations; i++) {
         CUdeviceptr p = 0;
-        CUresult rc = cuMemAlloc_v2(&p, bytes);
+        CUresult rc = stream_ordered ? cuMemAllocAsync(&p, bytes, s) : cuMemAlloc_v2(&p, bytes);
         if (rc == CUDA_SUCCESS) {
             counts[0]++;
             nanosleep(&hold, NULL);
-            if (cuMemFree_v2(p) != CUDA_SUCCESS)
+            rc = stream_ordered ? cuMemFreeAsync(p, s) : cuMemFree_v2(p);
+            if (rc != CUDA_SUCCESS || (stream_ordered && cuStreamSynchronize(s) != CUDA_SUCCESS))
                 counts[2]++;
         } else {
             counts[rc == CUDA_ERROR_OUT_OF_MEMORY ? 1 : 2]++;
@@ -96,7 +104,8 @@ int main(int argc, char **argv)
         bytes = strtoull(argv[2], NULL, 10);
         return direct();
     }
-    if (strcmp(argv[1], "hammer") == 0 && argc == 5) {
+    stream_ordered = strcmp(argv[1], "hammer-async") == 0;
+    if ((stream_ordered || strcmp(argv[1], "hammer") == 0) && argc == 5) {
         iterations = atol(argv[3]);
         bytes = strtoull(argv[4], NULL, 10);
         return hammer(atoi(argv[2]));

@@ -84,10 +84,14 @@ class PhysicalPeak(threading.Thread):
                 self.samples += 1
 
 
-def test_eight_processes_of_eight_threads_never_pass_the_limit(shim, harness):
+@pytest.mark.parametrize("mode, procs, threads, iters, size", [
+    ("hammer", 8, 8, 150, 24 * MiB), ("hammer-async", 4, 8, 60, 64 * MiB)],
+    ids=["alloc-free", "stream-ordered"])
+def test_processes_of_many_threads_never_pass_the_limit(shim, harness, mode, procs, threads,
+                                                         iters, size):
     limit = 256 * MiB
-    procs = [shim.watch(cmd=[str(harness), "hammer", "8", "150", str(24 * MiB)], limit="256m")
-             for _ in range(8)]
+    procs = [shim.watch(cmd=[str(harness), mode, str(threads), str(iters), str(size)],
+                        limit="256m") for _ in range(procs)]
     while not (shim.tmp / "sim" / sim_state.STATE_FILE).exists():
         time.sleep(0.01)
     sampler = PhysicalPeak(shim.tmp / "sim" / sim_state.STATE_FILE)

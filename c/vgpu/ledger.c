@@ -38,34 +38,49 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* Start time (clock ticks after boot, field 22 of /proc/<pid>/stat) of a live process;
- * 0 when it is gone or a zombie (the driver frees a process's memory when it exits). */
-static uint64_t start_time_of(pid_t pid)
+/* Reads the start time (clock ticks after boot, field 22 of /proc/<pid>/stat) of a process:
+ * 1 with *start set, 0 when it is a zombie (the driver frees a process's memory when it exits),
+ * -1 when /proc does not show it (gone, or hidden from this user by hidepid). */
+static int proc_start(pid_t pid, uint64_t *start)
 {
     char path[48], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return -1;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return -1;
     buf[n] = '\0';
     const char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X' || p[2] == 'x')
+    if (!p || p[1] != ' ')
+        return -1;
+    if (p[2] == 'Z' || p[2] == 'X' || p[2] == 'x')
         return 0;
     int field = 3; /* p + 2 is field 3, the state */
     for (p += 2; *p && field < 22; p++)
         field += *p == ' ';
-    return field == 22 ? strtoull(p, NULL, 10) : 0;
+    *start = field == 22 ? strtoull(p, NULL, 10) : 0;
+    return 1;
 }
 
+static uint64_t start_time_of(pid_t pid)
+{
+    uint64_t start = 0;
+    return proc_start(pid, &start) == 1 ? start : 0;
+}
+
+/* Whether the process of a slot still lives. When /proc cannot show it, existence is all
+ * that can be seen, and a process that may be alive is never swept. */
 static int alive(pid_t pid, uint64_t start)
 {
-    if (start)
-        return start_time_of(pid) == start;
-    return kill(pid, 0) == 0 || errno == EPERM; /* no /proc: existence is all we can see */
+    uint64_t now = 0;
+    switch (proc_start(pid, &now)) {
+    case 1: return !start || now == start;
+    case 0: return 0;
+    default: return kill(pid, 0) == 0 || errno == EPERM;
+    }
 }
 
 static pthread_mutex_t *shared_mutex(void) { return (pthread_mutex_t *)(void *)shm->header.lock; }

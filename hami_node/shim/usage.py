@@ -2,6 +2,7 @@
 use. For the node agent's metrics, hami-smi and tests. Reads without the lock (a snapshot may
 be microseconds stale) and never writes: processes that died are left out of the view, and
 their slots are freed by the shim itself at its next liveness sweep."""
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Protocol, Union, runtime_checkable
@@ -15,12 +16,12 @@ class ProcessTable(Protocol):
     """Where process liveness comes from (the real /proc by default)."""
 
     def start_time(self, pid: int) -> Optional[int]:
-        """Start time of a live process (field 22 of /proc/<pid>/stat), None when it is gone
-        or a zombie."""
+        """Start time of a live process (field 22 of /proc/<pid>/stat), 0 when it lives but
+        its start time cannot be read, None when it is gone or a zombie."""
 
 
 class ProcFs:
-    """ProcessTable over a /proc file system."""
+    """ProcessTable over a /proc file system (the shim's own rules, c/vgpu/ledger.c)."""
 
     def __init__(self, root: Union[str, Path] = "/proc"):
         self.root = Path(root)
@@ -29,11 +30,22 @@ class ProcFs:
         try:
             text = (self.root / str(pid) / "stat").read_text()
         except OSError:
-            return None
+            return self._exists(pid)
         fields = text[text.rfind(")") + 2:].split()  # the name may hold spaces and ')'
         if len(fields) < 20 or fields[0] in ("Z", "X", "x"):
             return None
         return int(fields[19])  # field 22 overall; fields[0] is field 3
+
+    @staticmethod
+    def _exists(pid: int) -> Optional[int]:
+        """/proc may hide other users' processes (hidepid): then existence is all we see."""
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return 0
+        return 0
 
 
 @dataclass(frozen=True)
@@ -99,7 +111,9 @@ def _load(path: Path) -> layout.VgpuShared:
 
 def _alive(proc: layout.VgpuProc, processes: ProcessTable) -> bool:
     started = processes.start_time(proc.pid)
-    return started is not None and (proc.start_time == 0 or started == proc.start_time)
+    if started is None:
+        return False
+    return started == 0 or proc.start_time == 0 or started == proc.start_time
 
 
 def read_usage(path: Union[str, Path], processes: Optional[ProcessTable] = None) -> CacheSnapshot:

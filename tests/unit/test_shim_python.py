@@ -137,3 +137,20 @@ def test_the_reader_refuses_other_files_clearly(tmp_path):
         read_usage(path, Procs({}))
     with pytest.raises(CacheFileError, match="no such shared accounting file"):
         read_usage(tmp_path / "missing", Procs({}))
+
+
+def test_proc_fs_reads_start_times_and_sees_zombies_and_gone_processes(tmp_path):
+    fields = " ".join(str(n) for n in range(4, 22))  # fields 4..21, then the start time
+    for pid, state, start in ((10, "S", 111), (11, "Z", 222)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (a) b) {state} {fields} {start} 0 0\n")
+    procs = ProcFs(tmp_path)
+    assert procs.start_time(10) == 111 and procs.start_time(11) is None
+    assert procs.start_time(99999999) is None  # no /proc entry and no such process
+
+
+def test_a_process_whose_start_time_cannot_be_read_counts_as_alive(tmp_path):
+    path = tmp_path / "c"
+    synthetic_file(path)
+    snap = read_usage(path, Procs({10: 0, 11: 222}))
+    assert [p.pid for p in snap.processes] == [10, 11] and snap.devices[0].used == 3 * G

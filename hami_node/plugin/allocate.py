@@ -12,6 +12,7 @@ from hami_common.errors import HamiFormatError
 from hami_node.plugin import layout as L
 from hami_node.plugin.devices import DeviceTable, parse_virtual_id
 from hami_node.plugin.errors import AllocationError
+from hami_node.shim import ShimError, ShimSettings
 
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
@@ -165,23 +166,26 @@ def _disables_shim(spec: Mapping) -> bool:
 
 def build_envs(entry: Sequence, table: DeviceTable, limits: Limits,
                priority: Optional[int]) -> dict:
-    """The shim's environment for one container (protocols section 5)."""
-    envs = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid for d in entry),
-            "CUDA_DEVICE_MEMORY_SHARED_CACHE": L.CONTAINER_CACHE}
+    """The container's environment (protocols section 5); the shim's variables are written,
+    and checked, by the shim's own Python side."""
+    memory, cores = {}, {}
     for i, dev in enumerate(entry):
         gpu = table.get(dev.uuid).gpu
-        memory = dev.usedmem or limits.default_memory or \
+        memory[i] = dev.usedmem or limits.default_memory or \
             int(gpu.memory_mib * limits.memory_scaling)
-        cores = dev.usedcores or limits.default_cores
-        envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{memory}m"
-        envs[f"CUDA_DEVICE_SM_LIMIT_{i}"] = str(cores)
-    envs["CUDA_DEVICE_SM_LIMIT"] = envs["CUDA_DEVICE_SM_LIMIT_0"]
+        cores[i] = dev.usedcores or limits.default_cores
+    settings = ShimSettings(device_memory_limits={i: mib << 20 for i, mib in memory.items()},
+                            sm_limit=cores[0], device_sm_limits=cores,
+                            cache_path=L.CONTAINER_CACHE, priority=priority,
+                            policy="disable" if limits.disable_core_limit else "default")
+    try:
+        envs = settings.to_env()
+        ShimSettings.from_env(envs)   # what the shim would refuse is refused here, first
+    except ShimError as e:
+        raise AllocationError(f"the container's shim settings are invalid: {e}") from e
+    envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(d.uuid for d in entry)
     if limits.memory_scaling > 1:
         envs["CUDA_OVERSUBSCRIBE"] = "true"
-    if limits.disable_core_limit:
-        envs["GPU_CORE_UTILIZATION_POLICY"] = "disable"
-    if priority is not None:
-        envs["CUDA_TASK_PRIORITY"] = str(priority)
     return envs
 
 

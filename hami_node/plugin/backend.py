@@ -69,3 +69,6 @@ class DeviceBackend(Protocol):
 
     def usage(self) -> list:
         """GpuUsage per GPU (skipping GPUs that do not answer)."""
+
+    def process_utilization(self, uuid: str) -> dict:
+        """pid -> SM utilization percent over the last sample period, for one GPU."""

@@ -33,8 +33,8 @@ class DeviceUse:
 
     used: int               # bytes
     limit: int = 0          # bytes (0: not recorded; the Allocate limit is used)
-    sm_util: int = 0        # percent
-    context: int = 0        # bytes, of `used`
+    pids: tuple = ()        # the container's processes using it, as this agent's /proc sees them
+    context: int = 0        # bytes of `used` (0 when the shim does not break it down)
     module: int = 0
     data: int = 0
 
@@ -94,37 +94,49 @@ class NodeCollector:
         return memory, cores
 
     def _containers(self):
-        usage = GaugeMetricFamily("vGPU_device_memory_usage_in_bytes", "vGPU device usage",
-                                  labels=CTR_LABELS)
-        limit = GaugeMetricFamily("vGPU_device_memory_limit_in_bytes", "vGPU device limit",
-                                  labels=CTR_LABELS)
-        desc = GaugeMetricFamily("Device_memory_desc_of_container",
-                                 "Container device memory description",
-                                 labels=CTR_LABELS + ["context", "module", "data", "offset"])
-        util = GaugeMetricFamily("Device_utilization_desc_of_container",
-                                 "Container device utilization description", labels=CTR_LABELS)
-        last = GaugeMetricFamily("Device_last_kernel_of_container",
-                                 "Seconds since the container's last kernel launch",
-                                 labels=CTR_LABELS)
+        f = {"usage": GaugeMetricFamily("vGPU_device_memory_usage_in_bytes", "vGPU device usage",
+                                        labels=CTR_LABELS),
+             "limit": GaugeMetricFamily("vGPU_device_memory_limit_in_bytes", "vGPU device limit",
+                                        labels=CTR_LABELS),
+             "desc": GaugeMetricFamily("Device_memory_desc_of_container",
+                                       "Container device memory description",
+                                       labels=CTR_LABELS + ["context", "module", "data", "offset"]),
+             "util": GaugeMetricFamily("Device_utilization_desc_of_container",
+                                       "Container device utilization description",
+                                       labels=CTR_LABELS),
+             "last": GaugeMetricFamily("Device_last_kernel_of_container",
+                                       "Seconds since the container's last kernel launch",
+                                       labels=CTR_LABELS)}
+        utilization = {}   # per scrape, one NVML query per GPU at most
         for meta in L.read_container_metas(self.layout):
             uid, ctr = str(meta.get("uid")), str(meta.get("container"))
             use = self.reader(self.layout.container_dir(uid, ctr) / L.CACHE_FILE)
             for i, dev in enumerate(meta.get("devices") or []):
-                labels = [str(meta.get("namespace")), str(meta.get("pod")), ctr, str(i),
-                          str(dev.get("uuid"))]
-                recorded = use.devices.get(dev.get("uuid")) if use else None
-                limit.add_metric(labels, (recorded.limit if recorded and recorded.limit
-                                          else int(dev.get("memory_mib", 0)) * MIB))
-                if recorded is None:
-                    continue
-                usage.add_metric(labels, recorded.used)
-                offset = recorded.used - recorded.context - recorded.module - recorded.data
-                desc.add_metric(labels + [str(recorded.context), str(recorded.module),
-                                          str(recorded.data), str(max(offset, 0))], recorded.used)
-                util.add_metric(labels, recorded.sm_util)
-                if use.last_kernel > 0:
-                    last.add_metric(labels, max(0.0, self.clock() - use.last_kernel))
-        return usage, limit, desc, util, last
+                uuid = str(dev.get("uuid"))
+                labels = [str(meta.get("namespace")), str(meta.get("pod")), ctr, str(i), uuid]
+                recorded = use.devices.get(uuid) if use else None
+                f["limit"].add_metric(labels, recorded.limit if recorded and recorded.limit
+                                      else int(dev.get("memory_mib", 0)) * MIB)
+                if recorded is not None:
+                    self._device(f, labels, recorded, use.last_kernel, utilization)
+        return tuple(f.values())
+
+    def _device(self, f: dict, labels: list, recorded: DeviceUse, last_kernel: float,
+                utilization: dict) -> None:
+        """The figures of one container device that its shared file recorded."""
+        f["usage"].add_metric(labels, recorded.used)
+        offset = max(recorded.used - recorded.context - recorded.module - recorded.data, 0)
+        f["desc"].add_metric(labels + [str(recorded.context), str(recorded.module),
+                                       str(recorded.data), str(offset)], recorded.used)
+        if recorded.pids:
+            # Only processes this agent can see: NVML reports them by its pids.
+            uuid = labels[-1]
+            if uuid not in utilization:
+                utilization[uuid] = self.backend.process_utilization(uuid)
+            f["util"].add_metric(labels, sum(utilization[uuid].get(pid, 0)
+                                             for pid in recorded.pids))
+        if last_kernel > 0:
+            f["last"].add_metric(labels, max(0.0, self.clock() - last_kernel))
 
 
 class AgentMetrics:

@@ -155,3 +155,18 @@ class NvmlBackend:
             except nvml.NVMLError:
                 continue  # an unanswering GPU has no figures; its health says why
         return out
+
+    def process_utilization(self, uuid: str) -> dict:
+        """pid -> SM percent from NVML's per-process samples (the newest per pid); empty when
+        the GPU has none or cannot say."""
+        nvml = self._nvml
+        try:
+            self._init()
+            samples = nvml.nvmlDeviceGetProcessUtilization(self._handle(uuid), 0)
+        except (BackendError, nvml.NVMLError):
+            return {}
+        newest = {}
+        for sample in samples:
+            if sample.pid not in newest or sample.timeStamp > newest[sample.pid].timeStamp:
+                newest[sample.pid] = sample
+        return {pid: int(sample.smUtil) for pid, sample in newest.items()}

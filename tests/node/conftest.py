@@ -20,6 +20,7 @@ import pytest
 from hami_common import constants as C
 from hami_common import node_lock, node_register, pod_devices
 from hami_common.pod_devices import ContainerDevice
+from hami_node.shim import lib_path
 from hami_sim.gpu import sim_env
 from hami_sim.launch import short_tempdir, start_apiserver, start_kubelet, stop_process
 from hami_sim.testing import *  # noqa: F401,F403
@@ -49,22 +50,11 @@ def samples(text, name):
             for s in family.samples if s.name == name]
 
 
-def make_shim_lib(directory: Path) -> Path:
-    """The shim library to install: the real one when built, else a stand-in ELF file (enough
-    for every test that does not run a container)."""
-    real = Path(__file__).resolve().parents[2] / "hami_node" / "shim" / "lib" / "libvgpu.so"
-    if real.is_file():
-        return real
-    stand_in = directory / "libvgpu-standin.so"
-    stand_in.write_bytes(b"\x7fELF" + b"\0" * 60)
-    return stand_in
-
-
 def install_shim(shim_dir: Path) -> None:
-    """`hami-node install-shim` into shim_dir, as the DaemonSet's init container does."""
-    source = make_shim_lib(shim_dir.parent)
+    """`hami-node install-shim` of the built libvgpu.so into shim_dir, as the DaemonSet's init
+    container does."""
     subprocess.run([sys.executable, "-m", "hami_node.plugin.cli", "install-shim",
-                    "--source", str(source), "--shim-host-dir", str(shim_dir)],
+                    "--source", str(lib_path()), "--shim-host-dir", str(shim_dir)],
                    check=True, capture_output=True, timeout=30)
 
 
@@ -185,6 +175,30 @@ class Scheduler:
         value = node_lock.encode(node_lock.NodeLock(when or datetime.now(timezone.utc),
                                                     namespace, name))
         self.v1.patch_node(self.node, {"metadata": {"annotations": {C.ANNO_NODE_LOCK: value}}})
+
+    def acquire_lock(self, name, namespace="default", timeout=10.0) -> None:
+        """Waits until the node lock is free (or ours), then takes it; as the scheduler does,
+        a compare-and-swap on the node's resourceVersion."""
+        from kubernetes.client.rest import ApiException
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            node = json.loads(self.v1.read_node(self.node, _preload_content=False).data)
+            held = (node["metadata"].get("annotations") or {}).get(C.ANNO_NODE_LOCK)
+            if held and node_lock.decode(held).pod != name:
+                time.sleep(0.02)
+                continue
+            value = node_lock.encode(node_lock.NodeLock(datetime.now(timezone.utc),
+                                                        namespace, name))
+            try:
+                self.v1.patch_node(self.node, {"metadata": {
+                    "resourceVersion": node["metadata"]["resourceVersion"],
+                    "annotations": {C.ANNO_NODE_LOCK: value}}},
+                    _content_type="application/merge-patch+json")
+                return
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+        raise AssertionError(f"the node lock stayed taken for {timeout}s")
 
     def annotate(self, name, devices, namespace="default", bind_time=None, raw=None) -> None:
         """Writes the scheduler's pod annotations; devices: per container, [(uuid, mem, cores)]."""

@@ -185,29 +185,26 @@ def test_api_error_while_recording_leaves_no_half_state(env, shared_node):
 
 def test_two_pods_racing_on_one_node(env):
     a100, t4 = env.uuids
-    now = time.time()
-    names = ["race-a", "race-b"]
-    for name in names:
+    plans = {"race-a": [[(a100, 1111, 11)]], "race-b": [[(t4, 2222, 22)]],
+             "race-c": [[(a100, 3333, 33)]]}
+    for name in plans:
         env.created.append(name)
         env.sched.create(name, [Scheduler.container("main")])
-    plans = {"race-a": [[(a100, 1111, 11)]], "race-b": [[(t4, 2222, 22)]]}
-    # Both annotated and bound at once; the lock names the first, as the scheduler's would.
-    env.sched.lock("race-a")
-    threads = [threading.Thread(target=env.sched.schedule,
-                                args=(n, plans[n]), kwargs={"lock": False,
-                                                            "bind_time": now + i})
-               for i, n in enumerate(names)]
+
+    def scheduler(name):
+        # Each scheduling attempt waits for the node lock; hami-node releases it as soon as
+        # the previous pod's Allocate is done.
+        env.sched.acquire_lock(name)
+        env.sched.schedule(name, plans[name], lock=False)
+    threads = [threading.Thread(target=scheduler, args=(n,)) for n in plans]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    a = env.kubelet.wait_allocated("default", "race-a")[0]
-    b = env.kubelet.wait_allocated("default", "race-b")[0]
-    assert (a.envs["NVIDIA_VISIBLE_DEVICES"], a.envs["CUDA_DEVICE_MEMORY_LIMIT_0"]) == \
-        (a100, "1111m")
-    assert (b.envs["NVIDIA_VISIBLE_DEVICES"], b.envs["CUDA_DEVICE_MEMORY_LIMIT_0"]) == \
-        (t4, "2222m")
-    for name in names:
+    for name, [[(uuid, mem, _)]] in plans.items():
+        [alloc] = env.kubelet.wait_allocated("default", name)
+        assert (alloc.envs["NVIDIA_VISIBLE_DEVICES"],
+                alloc.envs["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (uuid, f"{mem}m"), name
         wait_for(lambda: env.sched.pod_annotations(name).get(C.ANNO_BIND_PHASE) == "success",
                  what=f"{name} success")
     assert C.ANNO_NODE_LOCK not in env.sched.node_annotations()

@@ -188,3 +188,10 @@ def test_preferred_devices_follow_the_scheduler():
     assert preferred_devices(available, [f"{A}-2"], 2, [A, B]) == [f"{A}-2", f"{B}-1"]
     assert preferred_devices(available, [], 2, []) == [f"{A}-0", f"{A}-1"]
     assert preferred_devices([f"{A}-0"], [], 1, [B]) == [f"{A}-0"], "fallback when none free"
+
+
+def test_values_the_shim_would_refuse_are_refused_at_allocate(tmp_path):
+    spec = {"name": "main", "resources": {"limits": {"nvidia.com/priority": "5000"}}}
+    with pytest.raises(AllocationError, match="CUDA_TASK_PRIORITY='5000'"):
+        plan_container([f"{A}-0"], [ContainerDevice(A, 10, 10)], spec, "u1", table(), LIMITS,
+                       HostLayout(tmp_path))

@@ -49,6 +49,9 @@ class FakeBackend:
     def usage(self):
         return [GpuUsage(g.uuid, g.index, g.name, 5 << 20, 10 << 20, 42) for g in GPUS]
 
+    def process_utilization(self, uuid):
+        return {11: 20, 12: 13, 99: 50} if uuid == B else {}
+
 
 class Clock:
     def __init__(self):
@@ -283,8 +286,8 @@ def test_collector_renders_hami_metric_names(tmp_path):
         "namespace": "ns", "pod": "p", "uid": "u1", "container": "main",
         "devices": [{"uuid": B, "memory_mib": 100, "cores": 10},
                     {"uuid": A, "memory_mib": 200, "cores": 0}]})
-    use = ContainerUse({B: DeviceUse(used=7 << 20, limit=100 << 20, sm_util=33, context=1 << 20,
-                                     module=2, data=3)}, last_kernel=95.0)
+    use = ContainerUse({B: DeviceUse(used=7 << 20, limit=100 << 20, pids=(11, 12),
+                                     context=1 << 20, module=2, data=3)}, last_kernel=95.0)
     collector = NodeCollector(NODE, FakeBackend(), DeviceTable(GPUS, 2), layout,
                               reader=lambda path: use if path.parent.name == "u1_main" else None,
                               clock=lambda: 100.0)
@@ -294,7 +297,7 @@ def test_collector_renders_hami_metric_names(tmp_path):
            ("vdeviceid", "0"))
     assert ("vGPU_device_memory_usage_in_bytes", ctr, 7 << 20) in got
     assert ("vGPU_device_memory_limit_in_bytes", ctr, 100 << 20) in got
-    assert ("Device_utilization_desc_of_container", ctr, 33) in got
+    assert ("Device_utilization_desc_of_container", ctr, 33) in got, "11's 20% + 12's 13%"
     assert ("Device_last_kernel_of_container", ctr, 5.0) in got
     desc = [s for s in got if s[0] == "Device_memory_desc_of_container"]
     assert [dict(d[1])["context"] for d in desc] == [str(1 << 20)]

@@ -109,9 +109,10 @@ class Allocator:
             self.log(f"node lock {value!r} is malformed ({e}); ignoring it")
             return None
 
-    def find_pod(self, counts: Sequence[int]) -> dict:
-        """The pod kubelet is starting a container of; AllocationError when there is none."""
-        owner = self._lock_owner(self.cluster.get_node(self.node))
+    def find_pod(self, counts: Sequence[int], node: Optional[dict] = None) -> dict:
+        """The pod kubelet is starting a container of; AllocationError when there is none.
+        `node`: the Node as just read (else it is read here)."""
+        owner = self._lock_owner(node if node is not None else self.cluster.get_node(self.node))
         if owner and owner.pod:
             pod = self.cluster.get_pod(owner.namespace, owner.pod)
             if self._waiting(pod) and self._fits(pod, counts):
@@ -148,7 +149,8 @@ class Allocator:
 
     def _attempt(self, requests: Sequence[Sequence[str]]) -> list:
         try:
-            pod = self.find_pod([len(r) for r in requests])
+            node = self.cluster.get_node(self.node)
+            pod = self.find_pod([len(r) for r in requests], node)
         except AllocationError as e:
             self.release_stale_lock()
             raise AllocationError(str(e)) from e
@@ -159,7 +161,7 @@ class Allocator:
         try:
             answers = self._plan(pod, requests)
             self._prepare(pod, answers)
-            self._commit(pod, requests)
+            self._commit(pod, requests, node)
         except _Conflict:
             self._undo(pod, answers)
             raise
@@ -207,7 +209,7 @@ class Allocator:
         for answer in answers:
             L.remove_container(self.layout, _meta(pod).get("uid", ""), answer.container)
 
-    def _commit(self, pod: dict, requests: Sequence[Sequence[str]]) -> None:
+    def _commit(self, pod: dict, requests: Sequence[Sequence[str]], node: dict) -> None:
         entries = decode_entries(pod)
         positions = next_positions(entries, len(requests))
         left = any(e for i, e in enumerate(entries) if i not in positions)
@@ -223,7 +225,7 @@ class Allocator:
                 raise _Conflict() from e
             raise ClusterError(f"recording the allocation failed: {e}", e.status) from e
         if not left:
-            self.release_lock(pod)
+            self.release_lock(pod, node)
 
     def _fail(self, pod: dict, error: Exception) -> None:
         meta = _meta(pod)
@@ -242,11 +244,13 @@ class Allocator:
 
     # The node lock -----------------------------------------------------------------------
 
-    def _remove_lock_if(self, wanted: Callable[[node_lock.NodeLock], bool]) -> bool:
-        """Removes the node lock when wanted(lock); guarded by the node's resourceVersion."""
+    def _remove_lock_if(self, wanted: Callable[[node_lock.NodeLock], bool],
+                        node: Optional[dict] = None) -> bool:
+        """Removes the node lock when wanted(lock); guarded by the node's resourceVersion.
+        `node`: a recent read to try first (saves a request; a 409 makes it read again)."""
         for _ in range(3):
             try:
-                node = self.cluster.get_node(self.node)
+                node = node if node is not None else self.cluster.get_node(self.node)
                 lock = self._lock_owner(node)
                 if lock is None or not wanted(lock):
                     return False
@@ -257,13 +261,14 @@ class Allocator:
                 if e.status != CONFLICT:
                     self.log(f"cannot release the node lock ({e}); the periodic check retries")
                     return False
+                node = None
         return False
 
-    def release_lock(self, pod: dict) -> bool:
+    def release_lock(self, pod: dict, node: Optional[dict] = None) -> bool:
         """Releases the node lock if this pod holds it."""
         meta = _meta(pod)
         return self._remove_lock_if(lambda lock: (lock.namespace, lock.pod) ==
-                                    (meta.get("namespace"), meta.get("name")))
+                                    (meta.get("namespace"), meta.get("name")), node)
 
     def release_stale_lock(self) -> bool:
         """Releases a lock whose owner is gone or finished allocating (kept otherwise)."""

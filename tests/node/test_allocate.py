@@ -4,7 +4,6 @@ checked. One hami-node serves the whole module; every test uses its own pods."""
 import os
 import stat
 import threading
-import time
 
 import pytest
 

@@ -3,8 +3,8 @@ the container's command run (hami_sim/container.py) with the answer: a cuda-pyth
 under the real shim gets CUDA_ERROR_OUT_OF_MEMORY past its gpumem, and the agent's metrics see
 the container's use."""
 import json
-import signal
 import os
+import signal
 import sys
 import textwrap
 

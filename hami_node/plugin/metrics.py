@@ -9,12 +9,15 @@ HAMi's names and labels (its vGPU monitor):
 The per-container figures come from each container's shared file (read through the shim's
 Python API, injected as a UsageReader); the limits from what Allocate handed out.
 """
+import threading
 import time
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
 from pathlib import Path
 from typing import Callable, Optional, Protocol
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 
 from hami_common.node_register import device_type_name
@@ -169,9 +172,21 @@ class AgentMetrics:
         self.xids.labels(event.uuid or "unknown", str(event.xid), str(critical).lower()).inc()
 
 
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        """Scrapes are not worth a log line each."""
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
 def serve(registry: CollectorRegistry, address: str):
-    """Starts the /metrics HTTP server on HOST:PORT; returns (server, bound port)."""
-    from prometheus_client import start_http_server
+    """Serves /metrics on HOST:PORT (IPv4) from a daemon thread; returns (server, bound port).
+    Polls for shutdown every 50 ms, so stopping the agent does not wait half a second."""
     host, _, port = address.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
+    server = make_server(host or "0.0.0.0", int(port), make_wsgi_app(registry), _MetricsServer,
+                         handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True, name="metrics").start()
     return server, server.server_port

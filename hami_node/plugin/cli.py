@@ -47,7 +47,8 @@ def load(args: argparse.Namespace) -> cfg.NodeConfig:
 
 def cmd_serve(argv: List[str]) -> int:
     """Runs the daemon until SIGTERM/SIGINT."""
-    args = config_parser(f"{PROG} serve", "Serve the GPUs of this node to kubelet.").parse_args(argv)
+    parser = config_parser(f"{PROG} serve", "Serve the GPUs of this node to kubelet.")
+    args = parser.parse_args(argv)
     try:
         config = load(args)
     except ConfigError as e:

@@ -107,7 +107,8 @@ class KubeCluster:
         namespace = meta.get("namespace") or "default"
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{meta.get('name', 'hami')}.", "namespace": namespace},
+                "metadata": {"generateName": f"{meta.get('name', 'hami')}.",
+                             "namespace": namespace},
                 "involvedObject": {"apiVersion": "v1", "kind": obj.get("kind") or "Pod",
                                    "name": meta.get("name"), "namespace": meta.get("namespace"),
                                    "uid": meta.get("uid")},

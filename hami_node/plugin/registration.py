@@ -12,7 +12,8 @@ from typing import Callable, Optional
 
 import grpc
 
-from hami_common.deviceplugin import KUBELET_SOCKET_NAME, VERSION, api_pb2, api_pb2_grpc, unix_target
+from hami_common.deviceplugin import (KUBELET_SOCKET_NAME, VERSION, api_pb2, api_pb2_grpc,
+                                      unix_target)
 
 POLL_S = 0.1
 REGISTER_TIMEOUT_S = 5.0

@@ -115,6 +115,9 @@ def _failure(env, name, contains):
     ann = wait_for(lambda: (a := env.sched.pod_annotations(name))
                    .get(C.ANNO_BIND_PHASE) == "failed" and a, what="bind-phase failed")
     assert C.ANNO_NODE_LOCK not in env.sched.node_annotations()
+    events = env.sched.v1.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={name}").items
+    assert any(e.reason == "GPUAllocationFailed" and contains in e.message for e in events)
     return failure, ann
 
 

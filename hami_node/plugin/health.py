@@ -37,6 +37,7 @@ class HealthMonitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="health")
         self._next_probe = 0.0
+        self._complained = False
 
     def start(self) -> "HealthMonitor":
         """Starts watching."""
@@ -85,29 +86,34 @@ class HealthMonitor:
         try:
             watch = self.backend.watch_xids([g.uuid for g in self.table.gpus])
         except BackendError as e:
-            self.log(f"cannot watch XID events ({e}); health from NVML probes only, "
-                     f"retrying in {REOPEN_DELAY_S:g}s")
+            if not self._complained:
+                self.log(f"cannot watch XID events ({e}); health from NVML probes only until "
+                         f"it works (retrying every {REOPEN_DELAY_S:g}s)")
+                self._complained = True
             return None
+        self._complained = False
         for uuid in sorted(watch.unsupported):
             self.log(f"GPU {uuid}: XID events not supported; its health comes from NVML "
                      "probes only")
         return watch
 
     def _run(self) -> None:
-        watch = None
+        watch, next_open = None, 0.0
         while not self._stop.is_set():
-            if watch is None:
+            if watch is None and time.monotonic() >= next_open:
                 watch = self._open()
-            try:
-                event = watch.wait(EVENT_WAIT_S) if watch else None
-            except BackendError as e:
-                self._fail_all(str(e))
-                watch.close()
-                watch = None
-                self._stop.wait(REOPEN_DELAY_S)
-                continue
+                next_open = time.monotonic() + REOPEN_DELAY_S
+            event = None
             if watch is None:
                 self._stop.wait(EVENT_WAIT_S)
+            else:
+                try:
+                    event = watch.wait(EVENT_WAIT_S)
+                except BackendError as e:
+                    self._fail_all(str(e))
+                    watch.close()
+                    watch = None
+                    continue
             if event is not None:
                 self.handle_event(event)
             if self.clock() >= self._next_probe:

@@ -3,6 +3,7 @@ rules against an in-memory cluster, systemd notifications, and that every implem
 satisfies its Protocol."""
 import socket
 import tempfile
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hami_node.plugin.allocator import Allocator
 from hami_node.plugin.backend import DeviceBackend, Gpu, GpuUsage, XidEvent, XidWatch
 from hami_node.plugin.cluster import ClusterApi, KubeCluster
 from hami_node.plugin.devices import DeviceTable
-from hami_node.plugin.errors import AllocationError, ClusterError
+from hami_node.plugin.errors import AllocationError, BackendError, ClusterError
 from hami_node.plugin.health import HealthMonitor
 from hami_node.plugin.layout import HostLayout, prepare_container
 from hami_node.plugin.metrics import ContainerUse, DeviceUse, NodeCollector
@@ -110,6 +111,40 @@ def test_unknown_health_is_unhealthy_and_recovery_needs_nvml():
     clock.now += 0.6
     mon.check()
     assert table.get(B).healthy
+
+
+class BrokenWatch:
+    unsupported = frozenset()
+
+    def wait(self, timeout_s):
+        raise BackendError("waiting for NVML events failed: GPU is lost")
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("failure", ["no-event-set", "wait-fails"])
+def test_monitor_thread_degrades_without_events(failure):
+    backend, table, logs = FakeBackend(), DeviceTable(GPUS, 2), []
+    if failure == "no-event-set":
+        backend.watch_xids = lambda uuids: (_ for _ in ()).throw(BackendError("not supported"))
+        backend.dead.add(B)
+    else:
+        backend.watch_xids = lambda uuids: BrokenWatch()
+    ticks = iter(range(0, 10**6, 10))
+    mon = HealthMonitor(backend, table, (), 1e9, clock=lambda: next(ticks),
+                        log=logs.append).start()
+    try:
+        expect = {B} if failure == "no-event-set" else {A, B}
+        deadline = time.monotonic() + 5
+        while {s.gpu.uuid for s in table.states() if not s.healthy} != expect:
+            assert time.monotonic() < deadline, logs
+            time.sleep(0.01)
+    finally:
+        mon.stop()
+    assert not mon.alive()
+    if failure == "no-event-set":
+        assert sum("cannot watch XID events" in line for line in logs) == 1
 
 
 # Allocate transaction -------------------------------------------------------------------

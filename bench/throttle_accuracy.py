@@ -18,15 +18,12 @@ import argparse
 import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List
 
 from hami_node.shim import ShimSettings, lib_path, read_usage, shim_env
 from hami_sim.gpu import sim_env
-from hami_sim.gpu.load import Worker, start_all
-from hami_sim.gpu.timeline import BusyRecorder
+from hami_sim.gpu.load import Tenant, Worker, run_round
 
 HERE = Path(__file__).resolve().parent
 LIMITS = (10, 25, 50, 75)
@@ -38,64 +35,31 @@ WORKLOADS = [  # (name, throttle_worker mode, processes in the container)
     ("two processes, one container", "batch", 2),
 ]
 PAIR_DEVICE = len(LIMITS)  # the 10/90 pair's GPU
-BIN_NS = 100_000_000       # smoothness is judged at 100 ms resolution
-S = 1_000_000_000
 
 
-@dataclass
-class Container:
+class Container(Tenant):
     """A limited container: its processes share one shared file (one budget)."""
-    name: str
-    limit: int
-    device: int
-    cache: Path
-    workers: List[Worker] = field(default_factory=list)
-    result: Dict[str, float] = field(default_factory=dict)
 
-    @property
-    def pids(self):
-        return [w.pid for w in self.workers]
+    def __init__(self, base: dict, tmp: Path, name: str, mode: str, limit: int, device: int,
+                 procs: int, seconds: float):
+        self.limit = limit
+        self.cache = tmp / f"{mode}-{procs}-{limit}-{device}.cache"
+        env = shim_env(ShimSettings(sm_limit=limit, cache_path=str(self.cache)), base)
+        super().__init__(name, device, [Worker(mode, seconds, env, device=device)
+                                        for _ in range(procs)])
+        self.wakeups = 0.0
 
     def waits(self) -> Dict[int, int]:
         """Timed sleeps so far, per live process (from the shared file)."""
         return {p.pid: p.sm_waits for p in read_usage(self.cache).processes}
 
 
-def start(base: dict, tmp: Path, name: str, mode: str, limit: int, device: int, procs: int,
-          seconds: float) -> Container:
-    """Starts a container of `procs` workers limited to `limit` % on `device`."""
-    c = Container(name, limit, device, tmp / f"{name}-{limit}-{device}.cache".replace(" ", "_"))
-    env = shim_env(ShimSettings(sm_limit=limit, cache_path=str(c.cache)), base)
-    c.workers = [Worker(mode, seconds, env, device=device) for _ in range(procs)]
-    return c
-
-
 def measure(containers: List[Container], state_dir: Path, settle: float, window: float) -> None:
-    """Runs the containers through settling and the window; fills in each one's result."""
-    workers = [w for c in containers for w in c.workers]
-    try:
-        start_all(workers)
-        t0 = time.monotonic_ns()
-        recorder = BusyRecorder(state_dir, sorted({c.device for c in containers}))
-        recorder.run_in_background()
-        time.sleep(settle)
-        before = [c.waits() for c in containers]
-        time.sleep(window)
-        after = [c.waits() for c in containers]
-        recorder.stop()
-    finally:
-        outputs = [w.stop() for w in workers]
-    start_ns, end_ns = t0 + int(settle * S), t0 + int((settle + window) * S)
+    """One round: shares from the timeline, wake-ups per second from the shared files."""
+    before, after = run_round(containers, state_dir, settle, window,
+                              at_edges=lambda: [c.waits() for c in containers])
     for c, b, a in zip(containers, before, after):
-        bins = recorder.shares_by_bin(c.device, c.pids, start_ns, end_ns, BIN_NS)
-        c.result = dict(
-            share=100 * recorder.share(c.device, c.pids, start_ns, end_ns),
-            busy_ns=recorder.busy_ns(c.device, c.pids, start_ns, end_ns),
-            bin_min=100 * min(bins), bin_max=100 * max(bins),
-            wakeups=max((a.get(pid, 0) - b.get(pid, 0)) / window for pid in c.pids))
-    if recorder.lost:
-        print(f"warning: {recorder.lost} busy intervals were lost (poll more often)")
-    del outputs
+        c.wakeups = max((a.get(pid, 0) - b.get(pid, 0)) / window for pid in c.pids)
 
 
 def launch_cost(tmp: Path, base: dict) -> List[float]:
@@ -127,10 +91,10 @@ def main() -> int:
         base = sim_env(gpus=["40g/108"] * (len(LIMITS) + 1), state_dir=tmp / "sim")
         rows, pair = [], []
         for wname, mode, procs in WORKLOADS:
-            group = [start(base, tmp, wname, mode, limit, d, procs, seconds)
+            group = [Container(base, tmp, wname, mode, limit, d, procs, seconds)
                      for d, limit in enumerate(LIMITS)]
             if mode == "long":
-                pair = [start(base, tmp, "pair", "batch", limit, PAIR_DEVICE, 1, seconds)
+                pair = [Container(base, tmp, "pair", "batch", limit, PAIR_DEVICE, 1, seconds)
                         for limit in (10, 90)]
             measure(group + (pair if mode == "long" else []), tmp / "sim", args.settle,
                     args.window)
@@ -146,20 +110,21 @@ def report(rows: List[Container], pair: List[Container], direct: float, shimmed:
     print(f"{'workload':<38} {'limit':>5} {'achieved':>9} {'error':>7}  {'100 ms bins':>13}  "
           f"{'wake-ups/s':>10}")
     for c in rows:
-        r = c.result
-        print(f"{c.name:<38} {c.limit:>4}% {r['share']:>8.2f}% {r['share'] - c.limit:>+6.2f}  "
-              f"{r['bin_min']:>5.1f}..{r['bin_max']:<5.1f}  {r['wakeups']:>10.1f}")
+        print(f"{c.name:<38} {c.limit:>4}% {100 * c.share:>8.2f}% "
+              f"{100 * c.share - c.limit:>+6.2f}  {100 * min(c.bins):>5.1f}.."
+              f"{100 * max(c.bins):<5.1f}  {c.wakeups:>10.1f}")
     low, high = pair
-    ratio = high.result["busy_ns"] / max(low.result["busy_ns"], 1)
-    print(f"10/90, both saturating one GPU: {low.result['share']:.2f}% and "
-          f"{high.result['share']:.2f}% of device time; work ratio 1:{ratio:.2f} "
-          f"(target 1:9 within 10%: 1:8.1..1:9.9)")
+    ratio = high.busy_ns / max(low.busy_ns, 1)
+    kernels = [sum(r.get("kernels", 0) for r in c.results) for c in pair]
+    print(f"10/90, both saturating one GPU: {100 * low.share:.2f}% and {100 * high.share:.2f}% "
+          f"of device time; work ratio 1:{ratio:.2f} (target 1:9 within 10%: 1:8.1..1:9.9); "
+          f"kernels launched {kernels[0]} and {kernels[1]}")
     print(f"launch under budget (50% limit): {direct:.0f} ns straight to the driver, "
           f"{shimmed:.0f} ns through the shim: the limiter adds {added:.0f} ns "
           "(target <= 1000 ns)")
-    wake = max(c.result["wakeups"] for c in rows + pair)
+    wake = max(c.wakeups for c in rows + pair)
     print(f"limiter wake-ups: at most {wake:.1f} per second per process (target <= 100)")
-    worst = max(abs(c.result["share"] - c.limit) for c in rows)
+    worst = max(abs(100 * c.share - c.limit) for c in rows)
     print(f"max_abs_error_pp={worst:.2f}")
 
 

@@ -4,10 +4,10 @@
  *
  *   throttle_worker MODE SECONDS [DEVICE [THREADS]]
  *
- *   batch    batches of 20 kernels of 100 us on a stream, two batches in flight
- *   long     kernels of 20 ms, two in flight
+ *   batch    batches of 20 kernels of 100 us on a stream, three batches in flight
+ *   long     kernels of 20 ms, three in flight
  *   sync     one kernel of 4 ms, then cuStreamSynchronize, again and again
- *   graph    a captured graph of 10 kernels of 100 us, launched with two in flight
+ *   graph    a captured graph of 10 kernels of 100 us, launched with three in flight
  *   routes   batches of 8 kernels of 100 us, each batch through the next launch entry point:
  *            cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchKernelEx, cuLaunchKernelEx_ptsz,
  *            cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz, then a graph of 8
@@ -114,21 +114,23 @@ static int submit(const struct unit *u, long k)
     return u->kernels;
 }
 
-/* Submits units with two in flight (waiting for unit k-1 after queueing unit k). */
+/* Submits units with DEPTH in flight (after queueing unit k, waits for unit k - DEPTH + 1),
+ * so the device has work queued even when this process wakes late on a busy machine. */
+#define DEPTH 3
 static void pipeline(struct job *job, const struct unit *u)
 {
-    CUevent ev[2];
-    must(cuEventCreate(&ev[0], 0), "cuEventCreate");
-    must(cuEventCreate(&ev[1], 0), "cuEventCreate");
+    CUevent ev[DEPTH];
+    for (int i = 0; i < DEPTH; i++)
+        must(cuEventCreate(&ev[i], 0), "cuEventCreate");
     for (long k = 0; !over(); k++) {
         job->kernels += submit(u, k);
         job->work_ns += (uint64_t)u->kernels * u->ns;
-        must(cuEventRecord(ev[k % 2], u->s), "cuEventRecord");
-        if (k > 0)
-            must(cuEventSynchronize(ev[(k - 1) % 2]), "cuEventSynchronize");
+        must(cuEventRecord(ev[k % DEPTH], u->s), "cuEventRecord");
+        if (k >= DEPTH - 1)
+            must(cuEventSynchronize(ev[(k + 1) % DEPTH]), "cuEventSynchronize");
     }
-    cuEventSynchronize(ev[0]);
-    cuEventSynchronize(ev[1]);
+    for (int i = 0; i < DEPTH; i++)
+        cuEventSynchronize(ev[i]);
 }
 
 static void *run(void *arg)

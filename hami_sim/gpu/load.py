@@ -6,10 +6,13 @@ import json
 import os
 import signal
 import subprocess
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from hami_sim.gpu.env import SimGpuError, lib_dir
+from hami_sim.gpu.timeline import BusyRecorder
 
 MODES = ("batch", "long", "sync", "graph", "routes", "threads")
 
@@ -71,3 +74,53 @@ def start_all(workers: List[Worker]) -> None:
         for w in workers:
             w.stop()
         raise
+
+
+@dataclass
+class Tenant:
+    """Workers that share one limit (one container) on one simulated GPU, and what the
+    device's timeline says they got in the measured window (filled in by run_round)."""
+    name: str
+    device: int
+    workers: List[Worker]
+    share: float = 0.0         # fraction of the window's device time
+    busy_ns: int = 0
+    bins: List[float] = field(default_factory=list)  # shares per 100 ms bin
+    results: List[dict] = field(default_factory=list)  # the workers' own JSON lines
+
+    @property
+    def pids(self) -> List[int]:
+        return [w.pid for w in self.workers]
+
+
+def run_round(tenants: List[Tenant], state_dir: Path, settle: float, window: float,
+              at_edges: Optional[Callable[[], Any]] = None, bin_ns: int = 100_000_000):
+    """Starts every tenant's workers, lets them settle, measures the window from the device
+    timelines and stops them all (also on failure). Returns what `at_edges()` answered at the
+    window's start and end (for figures read elsewhere, e.g. the shim's shared files)."""
+    workers = [w for t in tenants for w in t.workers]
+    edges = []
+    try:
+        start_all(workers)
+        t0 = time.monotonic_ns()
+        recorder = BusyRecorder(state_dir, sorted({t.device for t in tenants}))
+        recorder.run_in_background()
+        try:
+            time.sleep(settle)
+            edges.append(at_edges() if at_edges else None)
+            time.sleep(window)
+            edges.append(at_edges() if at_edges else None)
+        finally:
+            recorder.stop()
+    finally:
+        results = [w.stop() for w in workers]
+    start, end = t0 + int(settle * 1e9), t0 + int((settle + window) * 1e9)
+    for t in tenants:
+        t.busy_ns = recorder.busy_ns(t.device, t.pids, start, end)
+        t.share = t.busy_ns / (end - start)
+        t.bins = recorder.shares_by_bin(t.device, t.pids, start, end, bin_ns)
+        t.results = [results[workers.index(w)] for w in t.workers]
+    if recorder.lost:
+        raise RuntimeError(f"{recorder.lost} busy intervals were overwritten before they were "
+                           "read: poll more often")
+    return edges

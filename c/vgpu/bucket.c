@@ -22,6 +22,13 @@
 
 static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
 
+/* A fork() child has only the forking thread: a gate another thread held is free there. */
+static void reset_gate(void) { pthread_mutex_init(&gate, NULL); }
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, reset_gate);
+}
+
 int64_t vgpu_now_ns(void)
 {
     struct timespec ts;

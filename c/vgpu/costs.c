@@ -30,6 +30,13 @@ struct vgpu_cost {
 static struct vgpu_cost table[COST_SLOTS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A fork() child has only the forking thread: the lock another thread held is free there. */
+static void reset_lock(void) { pthread_mutex_init(&table_lock, NULL); }
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, reset_lock);
+}
+
 static uint64_t mix(uint64_t h, uint64_t v)
 {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);

@@ -7,8 +7,8 @@
  *   3. finished measurements of this thread are read back (never waiting);
  *   4. the launch's estimate is looked up; a signature never measured that this thread is
  *      measuring right now is settled first, so it is not launched over and over unpriced;
- *   5. wait until the container has credit (bucket.c), then charge the estimate (0 when
- *      unknown: the measurement will charge the real duration);
+ *   5. wait until the container has credit (bucket.c), then charge the estimate (when
+ *      unknown, the last duration measured in the process; its measurement corrects it);
  *   6. measure this launch if its cost is unknown, or if this thread's sampling is due.
  * done, after it: the end event, or the refund of a launch the driver refused.
  *
@@ -18,6 +18,9 @@
 #include "limiter.h"
 
 int vgpu_limiter_on;
+/* The last duration measured in this process: the price of a signature never measured yet
+ * (corrected by its own measurement), better than nothing for programs with many kernels. */
+static int64_t typical_ns;
 
 void vgpu_limiter_init(const struct vgpu_config *cfg)
 {
@@ -42,6 +45,7 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, int un
 {
     if (cost)
         vgpu_cost_sample(cost, measured_ns);
+    __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);
     uint32_t pct = limit_of(rec);
     if (unknown && pct && measured_ns != charged_ns)
         vgpu_bucket_charge(&vgpu_device_at(rec)->compute, measured_ns - charged_ns, pct,
@@ -69,7 +73,7 @@ CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket
     int64_t now = vgpu_bucket_wait(budget, vgpu_now_ns());
     int unknown = estimate < 0;
     t->rec = rec;
-    t->charged_ns = unknown ? 0 : estimate;
+    t->charged_ns = unknown ? __atomic_load_n(&typical_ns, __ATOMIC_RELAXED) : estimate;
     vgpu_bucket_charge(budget, t->charged_ns, pct, now, 1);
     if (!capturing && (unknown || vgpu_measure_due(now)))
         t->sample = vgpu_measure_begin(launch, cost, rec, t->charged_ns, unknown, measured);

@@ -60,6 +60,13 @@ static void free_ring(void *p)
 
 static void make_key(void) { pthread_key_create(&ring_key, free_ring); }
 
+/* A fork() child starts without measurements: its parent's events are not its own. */
+static void forget_ring(void) { mine = NULL; }
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forget_ring);
+}
+
 static struct ring *ring(void)
 {
     if (VGPU_UNLIKELY(!mine)) {

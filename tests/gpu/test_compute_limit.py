@@ -11,12 +11,9 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-LIB = ROOT / "hami_node/shim/lib/libvgpu.so"
 WARMUP_S = 12.0  # CUDA and cuBLAS start-up, the graph's capture, then settling
 WINDOW_S = 4.0
 
@@ -71,14 +68,6 @@ for phase in os.environ["PHASES"].split(","):
     out[name] = rate(step, per_step, float(start), float(end))
 print(json.dumps(out), flush=True)
 '''
-
-
-@pytest.fixture(scope="module")
-def libvgpu():
-    """The built shim (builds the C libraries when missing)."""
-    if not LIB.is_file():
-        subprocess.run(["make", "-s", "-C", str(ROOT / "c")], check=True, timeout=600)
-    return LIB
 
 
 @pytest.fixture

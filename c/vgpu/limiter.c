@@ -9,7 +9,8 @@
  *      measuring right now is settled first, so it is not launched over and over unpriced;
  *   5. wait until the container has credit (bucket.c), then charge the estimate (when
  *      unknown, the last duration measured in the process; its measurement corrects it);
- *   6. measure this launch if its cost is unknown, or if this thread's sampling is due.
+ *   6. measure this launch if its cost is unknown, or if this thread's sampling is due (and
+ *      its stream is not capturing).
  * done, after it: the end event, or the refund of a launch the driver refused.
  *
  * A measurement corrects the budget only for launches charged without an estimate; otherwise
@@ -75,7 +76,9 @@ CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket
     t->rec = rec;
     t->charged_ns = unknown ? __atomic_load_n(&typical_ns, __ATOMIC_RELAXED) : estimate;
     vgpu_bucket_charge(budget, t->charged_ns, pct, now, 1);
-    if (!capturing && (unknown || vgpu_measure_due(now)))
+    /* A capture begun through an entry point the shim does not hook is still never timed. */
+    if (!capturing && (unknown || vgpu_measure_due(now)) &&
+        !vgpu_stream_captures(launch->stream, launch->per_thread))
         t->sample = vgpu_measure_begin(launch, cost, rec, t->charged_ns, unknown, measured);
     return CUDA_SUCCESS;
 }

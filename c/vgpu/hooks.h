@@ -94,6 +94,12 @@
     X(cuCtxSynchronize, (void), ())                                                             \
     X(cuCtxSynchronize_v2, (CUcontext ctx), (ctx))                                              \
     X(cuEventSynchronize, (CUevent hEvent), (hEvent))                                           \
+    /* stream capture: captured launches are not charged (cu_capture.c) */                      \
+    X(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))   \
+    X(cuStreamBeginCapture_v2_ptsz, (CUstream hStream, CUstreamCaptureMode mode),               \
+      (hStream, mode))                                                                         \
+    X(cuStreamEndCapture, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph))             \
+    X(cuStreamEndCapture_ptsz, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph))        \
     /* contexts and their overhead (cu_context.c) */                                            \
     X(cuCtxCreate_v2, (CUcontext *pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev))  \
     X(cuCtxCreate_v3,                                                                          \
@@ -107,7 +113,7 @@
     X(cuDevicePrimaryCtxRetain, (CUcontext *pctx, CUdevice dev), (pctx, dev))                   \
     X(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev))                                      \
     X(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev))                                        \
-    /* launches: pass-through with the compute limiter's branch (cu_launch.c) */                \
+    /* launches: through the compute limiter when a limit is set (cu_launch.c) */               \
     X(cuLaunchKernel, VGPU_KERNEL_PARAMS(, void **extra), VGPU_KERNEL_ARGS(, extra))            \
     X(cuLaunchKernel_ptsz, VGPU_KERNEL_PARAMS(, void **extra), VGPU_KERNEL_ARGS(, extra))       \
     X(cuLaunchKernelEx,                                                                        \
@@ -129,7 +135,10 @@
 
 /* Real functions the shim calls but does not hook: X(SYMBOL). */
 #define VGPU_CUDA_USES(X)                                                                      \
-    X(cuCtxGetDevice) X(cuDeviceGetUuid_v2) X(cuDeviceGetMemPool) X(cuMemPoolGetAttribute)
+    X(cuCtxGetDevice) X(cuDeviceGetUuid_v2) X(cuDeviceGetMemPool) X(cuMemPoolGetAttribute)      \
+    X(cuCtxGetCurrent) X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz) X(cuEventCreate)      \
+    X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventElapsedTime)                \
+    X(cuEventDestroy_v2)
 #define VGPU_NVML_USES(X) X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex)
 
 /* ---- generated declarations ---- */

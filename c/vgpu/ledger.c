@@ -182,6 +182,7 @@ static int take_slot(void)
                                          __ATOMIC_RELAXED))
             continue;
         p->priority = my_priority;
+        memset(&p->compute, 0, sizeof p->compute); /* figures of a previous owner */
         __atomic_store_n(&p->start_time, my_start, __ATOMIC_RELEASE);
         return i;
     }
@@ -278,6 +279,16 @@ int vgpu_usage_of(int rec, struct vgpu_usage *out)
     out->limit = __atomic_load_n(&d->limit_bytes, __ATOMIC_RELAXED);
     out->used = __atomic_load_n(&d->used_bytes, __ATOMIC_RELAXED);
     return 0;
+}
+
+struct vgpu_device *vgpu_device_at(int rec) { return &shm->devices[rec]; }
+
+struct vgpu_compute_figures *vgpu_my_figures(void)
+{
+    static struct vgpu_compute_figures nowhere; /* no slot: counted nowhere */
+    if (slot_released || (my_slot < 0 && vgpu_claim_slot() < 0))
+        return &nowhere;
+    return &shm->procs[my_slot].compute;
 }
 
 int vgpu_ledger_find(const char *uuid)

@@ -74,6 +74,10 @@ int vgpu_usage_of(int rec, struct vgpu_usage *out);
 void vgpu_reap(int force);
 /* Claims this process's slot now (at cuInit), so start-up cost is paid once. */
 int vgpu_claim_slot(void);
+/* A device record of the mapped file (0 <= rec < VGPU_MAX_DEVICES). */
+struct vgpu_device *vgpu_device_at(int rec);
+/* This process's compute figures in its slot (a private dummy when it has no slot). */
+struct vgpu_compute_figures *vgpu_my_figures(void);
 
 /* ---- this process's allocations (allocmap.c) ---- */
 enum vgpu_kind { KIND_MEMORY, KIND_HANDLE, KIND_ARRAY, KIND_MIPMAP, KIND_CONTEXT, KIND_POOL };

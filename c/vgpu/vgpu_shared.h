@@ -25,9 +25,14 @@
  * is truncated, corrupt or of another version is rebuilt only by a process that gets LOCK_EX,
  * i.e. when no live process uses it; otherwise the shim refuses to start (fails closed).
  *
+ * Compute limiter (c/vgpu/limiter.h): vgpu_device.compute holds the container's budget for that
+ * GPU (a token bucket kept as one "theoretical arrival time", updated with compare-and-swap, so
+ * no process ever holds a lock on it) and the figures hami-smi shows; vgpu_proc.compute holds
+ * one process's figures. They live in what version 1 reserved for them, where all zero means
+ * "never used", so files written before the limiter existed are valid as they are.
+ *
  * Reserved for later features (zero in version 1 files; zero must mean "unset"):
- *   vgpu_device.limiter (256 bytes per device) and vgpu_proc.limiter (64 bytes per process) for
- *   the compute limiter; vgpu_header.reserved, vgpu_device.reserved, vgpu_proc.reserved.
+ *   vgpu_header.reserved, vgpu_device.reserved, vgpu_compute.reserved, vgpu_proc.reserved.
  * A change that cannot live in those bytes bumps VGPU_VERSION: old files are then rebuilt when
  * unused, or refused with one line while an old process still uses them.
  */
@@ -49,13 +54,40 @@
 /* GPU_CORE_UTILIZATION_POLICY */
 enum vgpu_policy { VGPU_POLICY_DEFAULT = 0, VGPU_POLICY_FORCE = 1, VGPU_POLICY_DISABLE = 2 };
 
+/* Compute figures, kept per process (written only by that process) and per device record (by
+ * every process of the container, with atomics). A "window" is about one second of wall time:
+ * share_ppm is the device time charged in the last complete window over its length. 64 bytes.
+ * A process's figures are zeroed when it claims its slot. */
+struct vgpu_compute_figures {
+    uint64_t charged_ns;        /* device time charged to the budget */
+    uint64_t launches;          /* launches admitted by the limiter */
+    uint64_t waits;             /* timed sleeps for budget (wake-ups) */
+    uint64_t waited_ns;         /* wall time spent in them */
+    int64_t window_start_ns;    /* CLOCK_MONOTONIC start of the window being filled */
+    uint64_t window_charged_ns; /* device time charged in that window */
+    int64_t share_at_ns;        /* when share_ppm was computed (end of the last window) */
+    uint32_t share_ppm;         /* charged device time / wall time of the last window, x 1e6 */
+    uint32_t window_ms;         /* length of the last window */
+};
+
+/* The container's compute budget on one GPU, and its figures. 256 bytes.
+ * The budget is GCRA (a token bucket expressed in time): `tat_ns` is the wall-clock instant
+ * (CLOCK_MONOTONIC) at which all device time charged so far is paid for at the limit's rate;
+ * a charge of c ns of device time moves it by c * 100 / limit. Launches may start while
+ * tat_ns <= now; the bucket holds a small burst of credit (limiter.h). 0: never used. */
+struct vgpu_compute {
+    int64_t tat_ns;
+    struct vgpu_compute_figures figures;
+    uint8_t reserved[184];
+};
+
 /* One process of the container. pid 0 marks a free slot. 256 bytes. */
 struct vgpu_proc {
     int32_t pid;
     int32_t priority;                /* CUDA_TASK_PRIORITY (0 highest) */
     uint64_t start_time;             /* field 22 of /proc/<pid>/stat: guards against pid reuse */
     uint64_t used[VGPU_MAX_DEVICES]; /* bytes held on each device record */
-    uint8_t limiter[64];             /* reserved for the compute limiter */
+    struct vgpu_compute_figures compute;
     uint8_t reserved[48];
 };
 
@@ -70,7 +102,7 @@ struct vgpu_device {
     uint32_t sm_limit;        /* CUDA_DEVICE_SM_LIMIT percent; 0: none */
     uint32_t flags;           /* reserved, 0 */
     uint8_t reserved[160];
-    uint8_t limiter[256]; /* reserved for the compute limiter */
+    struct vgpu_compute compute; /* the compute limiter's budget for this GPU */
 };
 
 /* 512 bytes. `magic` is written last when a file is built, so a reader that sees the magic
@@ -101,11 +133,15 @@ struct vgpu_shared {
 /* The numbers the Python mirror asserts too. */
 _Static_assert(sizeof(struct vgpu_proc) == 256, "vgpu_proc size");
 _Static_assert(offsetof(struct vgpu_proc, used) == 16, "vgpu_proc.used offset");
-_Static_assert(offsetof(struct vgpu_proc, limiter) == 144, "vgpu_proc.limiter offset");
+_Static_assert(sizeof(struct vgpu_compute_figures) == 64, "vgpu_compute_figures size");
+_Static_assert(offsetof(struct vgpu_compute_figures, share_ppm) == 56, "share_ppm offset");
+_Static_assert(sizeof(struct vgpu_compute) == 256, "vgpu_compute size");
+_Static_assert(offsetof(struct vgpu_compute, figures) == 8, "vgpu_compute.figures offset");
+_Static_assert(offsetof(struct vgpu_proc, compute) == 144, "vgpu_proc.compute offset");
 _Static_assert(sizeof(struct vgpu_device) == 512, "vgpu_device size");
 _Static_assert(offsetof(struct vgpu_device, used_bytes) == 64, "vgpu_device.used_bytes offset");
 _Static_assert(offsetof(struct vgpu_device, sm_limit) == 88, "vgpu_device.sm_limit offset");
-_Static_assert(offsetof(struct vgpu_device, limiter) == 256, "vgpu_device.limiter offset");
+_Static_assert(offsetof(struct vgpu_device, compute) == 256, "vgpu_device.compute offset");
 _Static_assert(offsetof(struct vgpu_header, lock) == 64, "vgpu_header.lock offset");
 _Static_assert(sizeof(struct vgpu_header) == 512, "vgpu_header size");
 _Static_assert(offsetof(struct vgpu_shared, devices) == 512, "devices offset");

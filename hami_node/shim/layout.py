@@ -9,11 +9,26 @@ MAX_DEVICES, MAX_PROCS, UUID_LEN = 16, 1024, 48
 POLICY_NAMES = {0: "default", 1: "force", 2: "disable"}
 
 
+class VgpuComputeFigures(ctypes.Structure):
+    """Compute figures of one process, or of the whole container on one device."""
+    _fields_ = [("charged_ns", ctypes.c_uint64), ("launches", ctypes.c_uint64),
+                ("waits", ctypes.c_uint64), ("waited_ns", ctypes.c_uint64),
+                ("window_start_ns", ctypes.c_int64), ("window_charged_ns", ctypes.c_uint64),
+                ("share_at_ns", ctypes.c_int64), ("share_ppm", ctypes.c_uint32),
+                ("window_ms", ctypes.c_uint32)]
+
+
+class VgpuCompute(ctypes.Structure):
+    """The container's compute budget on one GPU (tat_ns: GCRA arrival time) and its figures."""
+    _fields_ = [("tat_ns", ctypes.c_int64), ("figures", VgpuComputeFigures),
+                ("reserved", ctypes.c_uint8 * 184)]
+
+
 class VgpuProc(ctypes.Structure):
     """One process of the container (pid 0: free slot)."""
     _fields_ = [("pid", ctypes.c_int32), ("priority", ctypes.c_int32),
                 ("start_time", ctypes.c_uint64), ("used", ctypes.c_uint64 * MAX_DEVICES),
-                ("limiter", ctypes.c_uint8 * 64), ("reserved", ctypes.c_uint8 * 48)]
+                ("compute", VgpuComputeFigures), ("reserved", ctypes.c_uint8 * 48)]
 
 
 class VgpuDevice(ctypes.Structure):
@@ -22,7 +37,7 @@ class VgpuDevice(ctypes.Structure):
                 ("limit_bytes", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
                 ("peak_bytes", ctypes.c_uint64), ("refusals", ctypes.c_uint64),
                 ("sm_limit", ctypes.c_uint32), ("flags", ctypes.c_uint32),
-                ("reserved", ctypes.c_uint8 * 160), ("limiter", ctypes.c_uint8 * 256)]
+                ("reserved", ctypes.c_uint8 * 160), ("compute", VgpuCompute)]
 
 
 class VgpuHeader(ctypes.Structure):
@@ -44,9 +59,11 @@ class VgpuShared(ctypes.Structure):
 
 # (struct, field or None for the size, value): the numbers vgpu_shared.h asserts.
 LAYOUT = [
-    (VgpuProc, None, 256), (VgpuProc, "used", 16), (VgpuProc, "limiter", 144),
+    (VgpuComputeFigures, None, 64), (VgpuComputeFigures, "share_ppm", 56),
+    (VgpuCompute, None, 256), (VgpuCompute, "figures", 8),
+    (VgpuProc, None, 256), (VgpuProc, "used", 16), (VgpuProc, "compute", 144),
     (VgpuDevice, None, 512), (VgpuDevice, "used_bytes", 64), (VgpuDevice, "sm_limit", 88),
-    (VgpuDevice, "limiter", 256), (VgpuHeader, "lock", 64), (VgpuHeader, None, 512),
+    (VgpuDevice, "compute", 256), (VgpuHeader, "lock", 64), (VgpuHeader, None, 512),
     (VgpuShared, "devices", 512), (VgpuShared, "procs", 512 + 16 * 512),
     (VgpuShared, None, 512 + 16 * 512 + 1024 * 256),
 ]

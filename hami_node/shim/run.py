@@ -31,7 +31,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                      "k/m/g (KiB/MiB/GiB), e.g. 4g")
     mem.add_argument("--gpu-mem-percent", metavar="P", type=float,
                      help="memory limit per device as a percentage of its size")
-    p.add_argument("--gpu-cores", metavar="P", type=int, help="compute limit, percent of SMs")
+    p.add_argument("--gpu-cores", metavar="P", type=int, help="compute limit: percent of the "
+                   "device's time (0 or 100: none)")
     p.add_argument("--devices", metavar="LIST", help="GPUs to expose: indices or UUIDs, "
                    "comma-separated (renumbered from 0 for the command)")
     p.add_argument("--sim", action="store_true", help="run against the simulated GPUs")

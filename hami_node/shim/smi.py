@@ -1,6 +1,8 @@
 """`hami-smi [--cache PATH] [--json]`: what nvidia-smi would show for a container, from its
-shared accounting file: per device the limit and the use, per process its use. Processes
-that have died are left out (the shim frees their slots at its next sweep)."""
+shared accounting file: per device the memory limit and use, the compute limit (SM%) and the
+share of device time the container got over the last second (SHARE%, as the compute limiter
+charged it); per process its memory and its share. Processes that have died are left out (the
+shim frees their slots at its next sweep)."""
 import argparse
 import json
 import sys
@@ -12,23 +14,31 @@ from hami_node.shim.sizes import human_size
 from hami_node.shim.usage import CacheSnapshot, read_usage
 
 
+def _share(percent: float, launches: int) -> str:
+    """A share for the table; "-" when the compute limiter never admitted a launch."""
+    return f"{percent:.1f}" if launches else "-"
+
+
 def render(snap: CacheSnapshot) -> str:
     """The table hami-smi prints."""
     lines = [f"hami-smi  {snap.path}  (policy {snap.policy})",
              f"{'DEV':>3}  {'UUID':<40}  {'USED':>10}  {'LIMIT':>10}  {'PEAK':>10}  "
-             f"{'PHYSICAL':>10}  {'SM%':>4}  REFUSED"]
+             f"{'PHYSICAL':>10}  {'SM%':>4}  {'SHARE%':>6}  REFUSED"]
     for d in snap.devices:
         limit = human_size(d.limit) if d.limit else "none"
-        sm = str(d.sm_limit) if d.sm_limit else "-"
+        sm = str(d.sm_limit) if 0 < d.sm_limit < 100 else "-"
         lines.append(f"{d.index:>3}  {d.uuid:<40}  {human_size(d.used):>10}  {limit:>10}  "
                      f"{human_size(d.peak):>10}  {human_size(d.total):>10}  {sm:>4}  "
-                     f"{d.refusals}")
+                     f"{_share(d.sm_share, d.sm_launches):>6}  {d.refusals}")
     if not snap.devices:
         lines.append("  (no device used yet)")
-    lines.append(f"{'PID':>8}  {'DEV':>3}  {'USED':>10}")
+    lines.append(f"{'PID':>8}  {'DEV':>3}  {'USED':>10}  {'SHARE%':>6}")
     for p in snap.processes:
+        share = _share(p.sm_share, p.sm_launches)
         for dev, used in sorted(p.used.items()) or [(None, 0)]:
-            lines.append(f"{p.pid:>8}  {'-' if dev is None else dev:>3}  {human_size(used):>10}")
+            lines.append(f"{p.pid:>8}  {'-' if dev is None else dev:>3}  {human_size(used):>10}"
+                         f"  {share:>6}")
+            share = ""  # a process's share covers all its devices: shown once
     if not snap.processes:
         lines.append("  (no live process)")
     return "\n".join(lines)

@@ -1,11 +1,16 @@
 """Reading a container's shared accounting file: per device its limit and use, per process its
 use. For the node agent's metrics, hami-smi and tests. Reads without the lock (a snapshot may
 be microseconds stale) and never writes: processes that died are left out of the view, and
-their slots are freed by the shim itself at its next liveness sweep."""
+their slots are freed by the shim itself at its next liveness sweep.
+
+Compute: `sm_share` is the share of device time the compute limiter charged over its last
+window of about a second (percent; the window in progress when it is overdue, i.e. when the
+container stopped launching), `sm_waits` its timed sleeps for budget (wake-ups)."""
 import os
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Protocol, Union, runtime_checkable
+from typing import Callable, Dict, List, Optional, Protocol, Union, runtime_checkable
 
 from hami_node.shim import layout
 from hami_node.shim.errors import CacheFileError
@@ -61,14 +66,21 @@ class DeviceUsage:
     peak: int
     sm_limit: int
     refusals: int
+    sm_share: float = 0.0
+    sm_launches: int = 0
+    sm_waits: int = 0
 
 
 @dataclass(frozen=True)
 class ProcessUsage:
-    """One live process: bytes it holds per device record index."""
+    """One live process: bytes it holds per device record index; its compute figures (all
+    devices together)."""
     pid: int
     priority: int
     used: Dict[int, int] = field(default_factory=dict)
+    sm_share: float = 0.0
+    sm_launches: int = 0
+    sm_waits: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,9 +128,30 @@ def _alive(proc: layout.VgpuProc, processes: ProcessTable) -> bool:
     return started == 0 or proc.start_time == 0 or started == proc.start_time
 
 
-def read_usage(path: Union[str, Path], processes: Optional[ProcessTable] = None) -> CacheSnapshot:
-    """The container's view from its shared file; CacheFileError when it cannot be read."""
+WINDOW_NS = 1_000_000_000  # the limiter's share window (c/vgpu/limiter.h)
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def share_percent(f: layout.VgpuComputeFigures, now_ns: int) -> float:
+    """The charged share of device time in percent: the last complete window, or the window
+    in progress when none closed yet or it is overdue (nothing launched since)."""
+    if not f.window_start_ns:
+        return 0.0
+    open_ns = now_ns - f.window_start_ns
+    if f.share_at_ns and open_ns < WINDOW_NS:
+        return f.share_ppm / 1e4
+    return max(0, _signed(f.window_charged_ns)) * 100 / max(open_ns, 1)
+
+
+def read_usage(path: Union[str, Path], processes: Optional[ProcessTable] = None,
+               clock: Callable[[], int] = time.monotonic_ns) -> CacheSnapshot:
+    """The container's view from its shared file; CacheFileError when it cannot be read.
+    `clock` is CLOCK_MONOTONIC in ns, the clock the shim stamps its windows with."""
     processes = processes or ProcFs()
+    now = clock()
     shared = _load(Path(path))
     live, dead = [], 0
     for proc in shared.procs:
@@ -129,15 +162,19 @@ def read_usage(path: Union[str, Path], processes: Optional[ProcessTable] = None)
             continue
         live.append(ProcessUsage(proc.pid, proc.priority,
                                  {d: proc.used[d] for d in range(layout.MAX_DEVICES)
-                                  if proc.used[d]}))
+                                  if proc.used[d]},
+                                 share_percent(proc.compute, now), proc.compute.launches,
+                                 proc.compute.waits))
     devices = []
     for index, dev in enumerate(shared.devices):
         if not dev.uuid:
             continue
         used = sum(p.used.get(index, 0) for p in live)  # the slots are the truth
+        figures = dev.compute.figures
         devices.append(DeviceUsage(index, dev.uuid.decode(errors="replace"), dev.total_bytes,
                                    dev.limit_bytes, used, dev.used_bytes, dev.peak_bytes,
-                                   dev.sm_limit, dev.refusals))
+                                   dev.sm_limit, dev.refusals, share_percent(figures, now),
+                                   figures.launches, figures.waits))
     return CacheSnapshot(str(path), shared.header.version,
                          layout.POLICY_NAMES.get(shared.header.policy, "?"), devices,
                          sorted(live, key=lambda p: p.pid), dead)

@@ -8,12 +8,9 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-LIB = ROOT / "hami_node/shim/lib/libvgpu.so"
 MiB = 1 << 20
 LIMIT = 1024 * MiB
 CHUNK = 64 * MiB
@@ -32,14 +29,6 @@ free, total = torch.cuda.mem_get_info()
 print(json.dumps(dict(allocated=len(held) * chunk, reserved=torch.cuda.memory_reserved(),
                       total=total, free=free, message=message)))
 '''
-
-
-@pytest.fixture(scope="module")
-def libvgpu():
-    """The built shim (builds the C libraries when missing)."""
-    if not LIB.is_file():
-        subprocess.run(["make", "-s", "-C", str(ROOT / "c")], check=True, timeout=600)
-    return LIB
 
 
 @pytest.fixture

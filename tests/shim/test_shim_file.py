@@ -14,7 +14,8 @@ from hami_common.cmirror import compare_layout
 from hami_node.shim import layout, read_usage
 from tests_shim_common import ROOT
 
-MIRRORS = {layout.VgpuProc: "vgpu_proc", layout.VgpuDevice: "vgpu_device",
+MIRRORS = {layout.VgpuComputeFigures: "vgpu_compute_figures", layout.VgpuCompute: "vgpu_compute",
+           layout.VgpuProc: "vgpu_proc", layout.VgpuDevice: "vgpu_device",
            layout.VgpuHeader: "vgpu_header", layout.VgpuShared: "vgpu_shared"}
 
 

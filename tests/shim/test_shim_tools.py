@@ -73,7 +73,8 @@ def test_hami_smi_shows_live_processes_and_forgets_dead_ones(shim):
     assert "300.0 MiB     1.0 GiB" in table.stdout and f"{pid:>8}    0   300.0 MiB" in table.stdout
     view = json.loads(hami("--cache", str(shim.cache), "--json", tool="smi").stdout)
     assert view["devices"][0]["used"] == 300 * MiB and view["devices"][0]["limit"] == 1 << 30
-    assert view["processes"] == [{"pid": pid, "priority": 0, "used": {"0": 300 * MiB}}]
+    assert [{k: p[k] for k in ("pid", "priority", "used")} for p in view["processes"]] == [
+        {"pid": pid, "priority": 0, "used": {"0": 300 * MiB}}]
     shim.kill(holder)
     holder.wait()
     view = json.loads(hami("--cache", str(shim.cache), "--json", tool="smi").stdout)

@@ -40,6 +40,8 @@ class DeviceUse:
     context: int = 0        # bytes of `used` (0 when the shim does not break it down)
     module: int = 0
     data: int = 0
+    sm_share: Optional[float] = None   # percent of device time, measured by the shim's limiter
+                                       # (None: no limiter runs, NVML per-process use instead)
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,10 @@ class NodeCollector:
         offset = max(recorded.used - recorded.context - recorded.module - recorded.data, 0)
         f["desc"].add_metric(labels + [str(recorded.context), str(recorded.module),
                                        str(recorded.data), str(offset)], recorded.used)
-        if recorded.pids:
+        if recorded.sm_share is not None:
+            # The container's own measurement: needs no mapping of its pids to the host's.
+            f["util"].add_metric(labels, recorded.sm_share)
+        elif recorded.pids:
             # Only processes this agent can see: NVML reports them by its pids.
             uuid = labels[-1]
             if uuid not in utilization:

@@ -20,6 +20,8 @@ def read_usage(path: Path) -> Optional[ContainerUse]:
     for dev in snapshot.devices:
         # `counted` is the shim's own total: right even when this agent cannot see the
         # container's processes (another pid namespace), where `used` would read 0.
+        limited = 0 < dev.sm_limit < 100      # the compute limiter measures only then
         devices[dev.uuid] = DeviceUse(used=dev.counted, limit=dev.limit, pids=pids,
-                                      data=dev.counted)
+                                      data=dev.counted,
+                                      sm_share=dev.sm_share if limited else None)
     return ContainerUse(devices)

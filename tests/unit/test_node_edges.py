@@ -345,6 +345,21 @@ def test_collector_renders_hami_metric_names(tmp_path):
     assert ("HostCoreUtilization", host, 42) in got
 
 
+def test_container_utilization_prefers_the_limiters_own_measurement(tmp_path):
+    """A limited container reports the share its shim measured: no pid mapping, no NVML."""
+    layout = HostLayout(tmp_path)
+    prepare_container(layout, "u1", "main", {
+        "namespace": "ns", "pod": "p", "uid": "u1", "container": "main",
+        "devices": [{"uuid": B, "memory_mib": 100, "cores": 30}]})
+    use = ContainerUse({B: DeviceUse(used=1 << 20, limit=100 << 20, pids=(11, 12),
+                                     sm_share=29.5)}, last_kernel=0.0)
+    collector = NodeCollector(NODE, FakeBackend(), DeviceTable(GPUS, 2), layout,
+                              reader=lambda path: use, clock=lambda: 100.0)
+    util = [s.value for f in collector.collect() for s in f.samples
+            if f.name == "Device_utilization_desc_of_container"]
+    assert util == [29.5]
+
+
 # systemd notify --------------------------------------------------------------------------
 
 def test_notifier_sends_datagrams_and_honours_watchdog_pid(tmp_path):

@@ -12,7 +12,7 @@ A node's loss is the GPU share that the expected workload could not use on it:
 A placement is scored by how much it lowers the loss; ties go to the node left with the least
 CPU and GPU (best fit), then to node order.
 """
-from hami_control.placement.baselines import node_items, plan_items
+from hami_control.placement.baselines import distinct_candidates, node_items, plan_items
 from hami_control.placement.workload import Workload
 
 _TIE = 1e-4          # best-fit tie-break weight, below the score's rounding step
@@ -77,31 +77,33 @@ class FragAware:
         self._before[node.name] = (node.version, value)
         return value
 
-    def _loss_after(self, workload, node, request, plan) -> float:
-        return self._loss(workload, plan_items(node, request, plan),
-                          node.cpu_free - request.cpu_milli, node.mem_free - request.memory_mib)
+    def _after(self, workload, node, request, plan) -> tuple:
+        items = plan_items(node, request, plan)
+        return items, self._loss(workload, items, node.cpu_free - request.cpu_milli,
+                                 node.mem_free - request.memory_mib)
 
     def pick(self, node, candidates, ctr, request):
         if not (ctr.nums == 1 and ctr.cores < 100):
             return sorted(candidates)[:ctr.nums]
         workload = self._workload()
         best, best_loss = None, None
-        for pos in sorted(candidates):
+        for pos in distinct_candidates(node, candidates):
             plan = tuple((pos,) if c is ctr else () for c in request.containers)
-            loss = self._loss_after(workload, node, request, plan)
+            loss = self._after(workload, node, request, plan)[1]
             if best_loss is None or loss < best_loss - 1e-9:
                 best, best_loss = pos, loss
         return [best]
 
     def score(self, node, request, plan) -> float:
         workload = self._workload()
-        drop = self._loss_before(workload, node) - self._loss_after(workload, node, request, plan)
-        return round(drop, 3) + _TIE * self._tightness(node, request, plan)
+        items, after = self._after(workload, node, request, plan)
+        drop = self._loss_before(workload, node) - after
+        return round(drop, 3) + _TIE * self._tightness(node, request, items)
 
-    def _tightness(self, node, request, plan) -> float:
+    def _tightness(self, node, request, items) -> float:
         """1 for a node left with nothing free, 0 for the largest node left empty."""
         max_cpu, max_gpu = self._view.largest() if self._view is not None else (0, 8000)
-        gpu_left = sum(s for _, s in plan_items(node, request, plan))
+        gpu_left = sum(u for _, u in items)
         cpu_left = 0.0 if node.cpu_capacity is None else node.cpu_free - request.cpu_milli
         waste = 0.5 * gpu_left / max_gpu + (0.5 * cpu_left / max_cpu if max_cpu else 0.0)
         return 1.0 - waste

@@ -41,7 +41,7 @@ class Node:
     """A node of the cluster view: its GPUs, and optionally its CPU/memory for resource fit."""
 
     __slots__ = ("name", "devices", "cpu_capacity", "mem_capacity", "cpu_used", "mem_used",
-                 "version", "position")
+                 "version", "position", "_items")
 
     def __init__(self, name: str, devices, cpu_capacity: Optional[int] = None,
                  mem_capacity: Optional[int] = None):
@@ -50,6 +50,15 @@ class Node:
         self.cpu_used = self.mem_used = 0
         self.version = 0          # bumped on every change; caches compare it
         self.position = -1        # index in the view's node list
+        self._items = None
+
+    def items(self) -> tuple:
+        """((type_lower, free share), ...) per device in order, cached per version."""
+        cached = self._items
+        if cached is None or cached[0] != self.version:
+            cached = self._items = (self.version, tuple((d.type_lower, d.share_free())
+                                                        for d in self.devices))
+        return cached[1]
 
     @property
     def cpu_free(self) -> float:

@@ -19,7 +19,7 @@ class Reservation:
     pod: str
     node: str
     devices: tuple
-    init_count: int = 0
+    init_positions: frozenset = frozenset()   # containers that end before the others start
     cpu_milli: int = 0
     memory_mib: int = 0
 
@@ -32,7 +32,7 @@ class Reservation:
         regular, init = {}, {}
         for position, ctr in enumerate(self.devices):
             for d in ctr:
-                if position < self.init_count:
+                if position in self.init_positions:
                     s, m, c = init.get(d.uuid, (0, 0, 0))
                     init[d.uuid] = (1, max(m, d.usedmem), max(c, d.usedcores))
                 else:
@@ -47,8 +47,9 @@ class Reservation:
     def of(cls, request, decision) -> "Reservation":
         """What a pod takes once the decision for it is applied."""
         return cls(pod=request.key, node=decision.node, devices=decision.devices,
-                   init_count=request.init_count, cpu_milli=request.cpu_milli,
-                   memory_mib=request.memory_mib)
+                   init_positions=frozenset(i for i, c in enumerate(request.containers)
+                                            if c.init),
+                   cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
 
 
 class ClusterView:

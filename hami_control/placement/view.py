@@ -9,6 +9,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from hami_control.placement.capacity import CapacityIndex
 from hami_control.placement.model import Device, Node, PlacementError
 
 
@@ -61,6 +62,7 @@ class ClusterView:
         self._reservations: dict = {}
         self._by_node: dict = {}          # node name -> set of pod keys
         self.versions = np.zeros(0, dtype=np.int64)
+        self.capacity = CapacityIndex([])
         self.epoch = 0                    # bumped when nodes come or go (positions change)
         self.caches: dict = {}            # owned by the engine; reset with the epoch
         self._static_cache = None
@@ -85,6 +87,7 @@ class ClusterView:
             self.nodes[old.position] = node
             self._by_name[name] = node
             self.versions[node.position] = node.version
+            self.capacity.update(node)
             self.epoch += 1               # the GPU inventory may have changed
             self.caches.clear()
         else:
@@ -105,6 +108,7 @@ class ClusterView:
         for position, node in enumerate(self.nodes):
             node.position = position
         self.versions = np.array([n.version for n in self.nodes], dtype=np.int64)
+        self.capacity = CapacityIndex(self.nodes)
         self.epoch += 1
         self.caches.clear()
 
@@ -130,6 +134,7 @@ class ClusterView:
     def _touch(self, node: Node) -> None:
         node.version += 1
         self.versions[node.position] = node.version
+        self.capacity.update(node)
 
     # --- reservations --------------------------------------------------------------------
     def reservation(self, pod: str) -> Optional[Reservation]:

@@ -123,6 +123,16 @@ def _print_table(summary, results) -> None:
     print(f"allocation by arrived demand: {marks}")
 
 
+def run_seeds(nodes_path, pods_path, policy, seeds, ratio=1.3, split_count=10,
+              workers=1) -> list:
+    """The per-seed results of a replay, seeds spread over `workers` processes."""
+    jobs = [(nodes_path, pods_path, policy, s, ratio, split_count) for s in seeds]
+    if workers > 1 and len(jobs) > 1:
+        with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
+            return pool.map(run_seed, jobs)
+    return [run_seed(job) for job in jobs]
+
+
 def main(argv=None) -> int:
     """Entry point of `hami-sim replay`."""
     args = _arguments(sys.argv[1:] if argv is None else argv)
@@ -135,15 +145,10 @@ def main(argv=None) -> int:
     except (TraceError, ValueError) as e:
         print(f"hami-sim replay: {e}", file=sys.stderr)
         return 2
-    jobs = [(args.nodes, args.pods, args.policy, s, args.ratio, args.split_count)
-            for s in seeds]
     start = time.perf_counter()
     try:
-        if args.workers > 1 and len(jobs) > 1:
-            with multiprocessing.get_context("spawn").Pool(min(args.workers, len(jobs))) as pool:
-                results = pool.map(run_seed, jobs)
-        else:
-            results = [run_seed(job) for job in jobs]
+        results = run_seeds(args.nodes, args.pods, args.policy, seeds, args.ratio,
+                            args.split_count, args.workers)
     except PlacementError as e:
         print(f"hami-sim replay: {e}", file=sys.stderr)
         return 2

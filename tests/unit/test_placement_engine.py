@@ -79,9 +79,11 @@ def test_reserving_twice_is_refused_until_released():
 def test_node_subset_and_unknown_names():
     view = two_nodes()
     decision = Engine(BINPACK).place(view, request(mem=100), nodes=["b", "ghost"])
-    assert decision.node == "b"
-    assert decision.failed == {"ghost": "NodeUnregistered"}
-    assert not Engine(BINPACK).place(view, request(mem=100), nodes=["ghost"]).ok
+    assert decision.node == "b" and decision.failed == {}
+    refused = Engine(BINPACK).place(view, request(mem=100), nodes=["ghost"])
+    assert not refused.ok and refused.failed == {"ghost": "NodeUnregistered"}
+    refused = Engine(BINPACK).place(view, request(mem=99999), nodes=["a", "ghost"])
+    assert refused.failed == {"a": "2/2 CardInsufficientMemory", "ghost": "NodeUnregistered"}
 
 
 def test_pod_annotation_overrides_the_default_policy():

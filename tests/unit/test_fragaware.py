@@ -1,0 +1,75 @@
+"""The fragmentation-aware policy: what it learns and what it prefers."""
+from hami_common.pod_devices import ContainerDevice
+from hami_control.placement import Engine, PlacementConfig, Reservation
+from hami_control.placement.learn import OnlineWorkload
+from hami_control.placement.workload import PodClass, Workload, typical_classes
+
+from _placement_fixtures import gpu, request, view_of
+
+FRAGAWARE = PlacementConfig(resource_fit=True)
+
+
+def trained(*requests) -> Engine:
+    engine = Engine(FRAGAWARE)
+    for req in requests:
+        engine.registry.observe(req)
+    engine.registry.learner.refresh()
+    return engine
+
+
+def test_learner_refreshes_at_doubling_intervals_and_keeps_the_popular_classes():
+    learner = OnlineWorkload(first_refresh=4, max_interval=8)
+    versions = []
+    for i in range(40):
+        learner.observe(request(name=f"p{i}", pct=50 if i % 10 else 20, cores=50 if i % 10
+                                else 20, cpu="1"))
+        versions.append(learner.version)
+    assert [i + 1 for i in range(1, 40) if versions[i] != versions[i - 1]] == [4, 12, 20, 28, 36]
+    shares = {cls.share: p for cls, p in learner.current.classes}
+    assert shares[500] > 0.85
+    assert learner.current.cpu_per_milli > 0
+
+
+def test_typical_classes_cover_the_popularity_share():
+    a = PodClass(1, 500, 1000, 0, request().filters)
+    b = PodClass(1, 1000, 1000, 0, request().filters)
+    c = PodClass(0, 0, 2000, 0, request().filters)
+    kept = typical_classes({a: 90, b: 6, c: 4}, 0.95)
+    assert [cls for cls, _ in kept] == [a, b]
+    assert abs(sum(p for _, p in kept) - 1) < 1e-9
+
+
+def test_unconstrained_pods_keep_off_gpus_that_constrained_pods_need():
+    view = view_of({"t4": [gpu("GPU-t4", type_="NVIDIA-T4")],
+                    "g2": [gpu("GPU-g2", type_="NVIDIA-G2")]}, cpu=64000, mem=65536)
+    t4_only = {"nvidia.com/use-gputype": "T4"}
+    engine = trained(*[request(name=f"t{i}", annotations=t4_only) for i in range(5)],
+                     *[request(name=f"u{i}") for i in range(5)])
+    assert engine.place(view, request(name="any")).node == "g2"
+
+
+def test_cpu_hungry_pods_keep_off_nodes_whose_gpus_they_would_strand():
+    view = view_of({"lean": [gpu("GPU-l0"), gpu("GPU-l1", index=1)]}, cpu=8000, mem=65536)
+    view.upsert_node("rich", [gpu("GPU-r0"), gpu("GPU-r1", index=1)], 64000, 65536)
+    engine = trained(*[request(name=f"g{i}", cpu="4") for i in range(8)])
+    cpu_only = request(name="batch", gpus=None, cpu="6")
+    assert engine.place(view, cpu_only).node == "rich"
+
+
+def test_a_slice_goes_where_it_leaves_no_fragment():
+    view = view_of({"n": [gpu("GPU-0"), gpu("GPU-1", index=1)]})
+    view.reserve(Reservation("t/old", "n", ((ContainerDevice("GPU-0", 9600, 60),),)))
+    engine = trained(*[request(name=f"s{i}", pct=40, cores=40) for i in range(4)],
+                     *[request(name=f"w{i}") for i in range(4)])
+    decision = engine.place(view, request(name="slice", pct=40, cores=40))
+    assert decision.devices[0][0].uuid == "GPU-0"       # the whole GPU stays whole
+
+
+def test_fragmentation_measure_counts_what_a_class_cannot_use():
+    small = PodClass(1, 300, 0, 0, request().filters)
+    whole = PodClass(1, 1000, 0, 0, request().filters)
+    workload = Workload([(small, 0.5), (whole, 0.5)])
+    items = (("nvidia-t4", 200), ("nvidia-t4", 1000))
+    # small: the 200 left on GPU 0 is too small; whole: GPU 1 fits, GPU 0 is lost
+    assert workload.frag(items, float("inf")) == 0.5 * 200 + 0.5 * 200
+    assert workload.frag((("nvidia-t4", 200),), float("inf")) == 0.5 * 200 + 0.5 * 200

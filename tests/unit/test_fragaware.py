@@ -17,17 +17,18 @@ def trained(*requests) -> Engine:
     return engine
 
 
-def test_learner_refreshes_at_doubling_intervals_and_keeps_the_popular_classes():
+def test_learner_replaces_its_estimate_only_when_the_workload_changes():
     learner = OnlineWorkload(first_refresh=4, max_interval=8)
-    versions = []
-    for i in range(40):
-        learner.observe(request(name=f"p{i}", pct=50 if i % 10 else 20, cores=50 if i % 10
-                                else 20, cpu="1"))
-        versions.append(learner.version)
-    assert [i + 1 for i in range(1, 40) if versions[i] != versions[i - 1]] == [4, 12, 20, 28, 36]
+    for i in range(12):                     # refresh points at 4 and 12 pods
+        learner.observe(request(name=f"a{i}", pct=50, cores=50, cpu="1"))
+    assert learner.version == 1             # the second estimate equals the first: kept
+    assert [(cls.share, p) for cls, p in learner.current.classes] == [(500, 1.0)]
+    for i in range(12):                     # refresh points at 20 and 28 pods
+        learner.observe(request(name=f"b{i}", pct=20, cores=20, cpu="2"))
+    assert learner.version >= 2
     shares = {cls.share: p for cls, p in learner.current.classes}
-    assert shares[500] > 0.85
-    assert learner.current.cpu_per_milli > 0
+    assert set(shares) == {500, 200} and learner.current.cpu_per_milli > 0
+    assert learner.refresh(force=False) is False and learner.refresh() is True
 
 
 def test_typical_classes_cover_the_popularity_share():

@@ -28,6 +28,7 @@ def test_learner_replaces_its_estimate_only_when_the_workload_changes():
     assert learner.version >= 2
     shares = {cls.share: p for cls, p in learner.current.classes}
     assert set(shares) == {500, 200} and learner.current.cpu_per_milli > 0
+    learner.refresh(force=False)
     assert learner.refresh(force=False) is False and learner.refresh() is True
 
 

@@ -9,6 +9,7 @@ from hami_common import node_register, pod_devices
 from hami_common.errors import HamiFormatError, RequestError
 from hami_common.quantity import cpu_millis, memory_mib
 from hami_common.request import parse_pod
+from hami_control.placement.model import PlacementError
 from hami_control.placement.view import ClusterView, Reservation
 
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -80,25 +81,28 @@ def pod_reservation(pod: Mapping, resource_fit: bool = False) -> Optional[Reserv
     return Reservation(key, node, devices, init_positions, cpu, mem)
 
 
+def _readable(objects, read, resource_fit: bool, problems: list):
+    """The non-None results of `read` over the objects; failures go to `problems`."""
+    for obj in objects:
+        try:
+            item = read(obj, resource_fit)
+        except HamiFormatError as e:
+            problems.append(str(e))
+            continue
+        if item is not None:
+            yield item
+
+
 def build_view(nodes: Iterable[Mapping], pods: Iterable[Mapping],
                resource_fit: bool = False) -> tuple:
     """(ClusterView, problems): the view of the nodes and pods, and one message per object that
     had to be left out."""
     view, problems = ClusterView(), []
-    for node in nodes:
+    for reg in _readable(nodes, node_registration, resource_fit, problems):
+        view.upsert_node(reg.name, reg.devices, reg.cpu_milli, reg.memory_mib, reg.cordoned)
+    for reservation in _readable(pods, pod_reservation, resource_fit, problems):
         try:
-            reg = node_registration(node, resource_fit)
-        except HamiFormatError as e:
-            problems.append(str(e))
-            continue
-        if reg is not None:
-            view.upsert_node(reg.name, reg.devices, reg.cpu_milli, reg.memory_mib, reg.cordoned)
-    for pod in pods:
-        try:
-            reservation = pod_reservation(pod, resource_fit)
-        except HamiFormatError as e:
-            problems.append(str(e))
-            continue
-        if reservation is not None:
             view.reserve(reservation)
+        except PlacementError as e:
+            problems.append(str(e))
     return view, problems

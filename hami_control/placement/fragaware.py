@@ -48,13 +48,13 @@ class FragAware:
 
     @staticmethod
     def _weighted(estimate, view) -> Workload:
-        types = view.gpus_by_type() if view is not None else {}
-        total = sum(types.values())
+        shapes = view.node_shapes() if view is not None else {}
+        total = sum(count * len(types) for (_, _, types), count in shapes.items())
         weighted = []
         for cls, p in estimate.classes:
-            usable = sum(n for t, n in types.items() if cls.filters.type_ok(t)) if total else 1
+            usable = _reachable(cls, shapes) if total else 0
             weighted.append((cls, p * (total / usable if usable else 1.0)))
-        workload = Workload(weighted, use_mem=False, version=estimate.version)
+        workload = Workload(weighted, use_mem=True, version=estimate.version)
         workload.cpu_per_milli, workload.mem_per_milli = estimate.cpu_per_milli, \
             estimate.mem_per_milli
         return workload
@@ -111,3 +111,16 @@ class FragAware:
     def normalize(self, scores):
         return scores
 
+
+
+def _reachable(cls, shapes) -> int:
+    """GPUs on the nodes that could host one pod of the class when empty (GPU types, count,
+    CPU and memory capacity): the part of the cluster the class may ever use."""
+    gpus = 0
+    for (cpu, mem, types), count in shapes.items():
+        if cls.cpu > cpu or cls.mem > mem:
+            continue
+        eligible = sum(1 for t in types if cls.filters.type_ok(t))
+        if eligible >= max(cls.nums, 1):
+            gpus += count * len(types)
+    return gpus

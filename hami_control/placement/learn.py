@@ -38,7 +38,7 @@ class OnlineWorkload:
 
     def observe(self, request) -> None:
         """Count one pod; re-estimate when the next refresh point is reached."""
-        cls = PodClass.of(request, with_mem=False)
+        cls = PodClass.of(request, with_mem=True)
         self.counts[cls] += 1
         self.seen += 1
         if cls.demand:

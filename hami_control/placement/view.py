@@ -116,6 +116,11 @@ class ClusterView:
         """Registered GPUs per lower-case type name (cached until nodes come or go)."""
         return self._static()[0]
 
+    def node_shapes(self) -> dict:
+        """{(cpu capacity, memory capacity, GPU types): number of nodes} (cached like above);
+        capacities are infinite when a node does not report them."""
+        return self._static()[2]
+
     def largest(self) -> tuple:
         """(most millicores, most GPUs x 1000) of any node (cached until nodes come or go)."""
         return self._static()[1]
@@ -128,7 +133,13 @@ class ClusterView:
                     types[dev.type_lower] = types.get(dev.type_lower, 0) + 1
             largest = (max((n.cpu_capacity or 0 for n in self.nodes), default=0),
                        max((len(n.devices) * 1000 for n in self.nodes), default=0) or 1000)
-            self._static_cache = (self.epoch, (types, largest))
+            shapes = {}
+            for node in self.nodes:
+                shape = (float("inf") if node.cpu_capacity is None else node.cpu_capacity,
+                         float("inf") if node.mem_capacity is None else node.mem_capacity,
+                         tuple(sorted(d.type_lower for d in node.devices)))
+                shapes[shape] = shapes.get(shape, 0) + 1
+            self._static_cache = (self.epoch, (types, largest, shapes))
         return self._static_cache[1]
 
     def _touch(self, node: Node) -> None:

@@ -37,12 +37,13 @@ class PlacementConfig:
 class _Entry:
     """Cached scores of one request signature under one pair of policies."""
 
-    __slots__ = ("seen", "scores", "reasons")
+    __slots__ = ("seen", "scores", "reasons", "plans")
 
     def __init__(self, size: int):
         self.seen = np.full(size, -1, dtype=np.int64)
         self.scores = np.full(size, -np.inf)
         self.reasons = [None] * size      # None on a refused node: not worked out yet
+        self.plans = [None] * size        # the device positions the score was given for
 
 
 class Engine:
@@ -77,9 +78,9 @@ class Engine:
                             policy=policy)
         chosen = self._choose(fits, node_policy.normalize(scores[fits]), node_policy.random_ties)
         node = view.nodes[chosen]
-        plan, why = fit_pod(node, request, gpu_policy)
-        if plan is None:
-            raise PlacementError(f"node {node.name} fitted when scored but not now: {why}")
+        plan = entry.plans[chosen]       # the plan that was scored (a random pick may differ)
+        if plan is None or entry.seen[chosen] != node.version:
+            raise PlacementError(f"node {node.name}: no current plan behind its score")
         return Decision(node.name, plan_devices(node, request.containers, plan),
                         float(scores[chosen]), policy=policy)
 
@@ -113,18 +114,20 @@ class Engine:
         for pos in positions:
             if entry.reasons[pos] is None:
                 entry.reasons[pos] = self._evaluate(view.nodes[pos], request, gpu_policy,
-                                                    None)[1]
+                                                    None)[1] or R.NODE_UNKNOWN
             failed[view.nodes[pos].name] = entry.reasons[pos]
         return failed
 
     def _evaluate(self, node, request, gpu_policy, node_policy) -> tuple:
-        """(score, reason): the score is -inf when the pod does not fit."""
+        """(score, reason, plan): the score is -inf and the plan None when the pod does not
+        fit."""
         why = resource_reason(node, request) if self.config.resource_fit else None
         if why is None:
             plan, why = fit_pod(node, request, gpu_policy)
             if plan is not None:
-                return (node_policy.score(node, request, plan) if node_policy else 0.0), None
-        return -np.inf, why
+                score = node_policy.score(node, request, plan) if node_policy else 0.0
+                return score, None, plan
+        return -np.inf, why, None
 
     def _entry(self, view, request, node_policy, gpu_policy) -> _Entry:
         key = (request.signature, node_policy.name, gpu_policy.name, node_policy.version,
@@ -147,7 +150,7 @@ class Engine:
         entry.seen[ruled_out] = view.versions[ruled_out]
         entry.scores[ruled_out] = -np.inf
         for pos in ruled_out:
-            entry.reasons[pos] = None
+            entry.reasons[pos] = entry.plans[pos] = None
         with_uuid = bool(request.filters.use_uuids or request.filters.nouse_uuids)
         done = {}
         for pos in todo[may]:
@@ -157,7 +160,7 @@ class Engine:
             if result is None:
                 result = done[key] = self._evaluate(node, request, gpu_policy, node_policy)
             entry.seen[pos] = node.version
-            entry.scores[pos], entry.reasons[pos] = result
+            entry.scores[pos], entry.reasons[pos], entry.plans[pos] = result
 
 
 def place(view, request, config: PlacementConfig = PlacementConfig(),

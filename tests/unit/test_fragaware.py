@@ -75,3 +75,23 @@ def test_fragmentation_measure_counts_what_a_class_cannot_use():
     # small: the 200 left on GPU 0 is too small; whole: GPU 1 fits, GPU 0 is lost
     assert workload.frag(items, float("inf")) == 0.5 * 200 + 0.5 * 200
     assert workload.frag((("nvidia-t4", 200),), float("inf")) == 0.5 * 200 + 0.5 * 200
+
+
+def test_classes_weigh_more_when_few_nodes_can_ever_host_them():
+    from hami_control.placement.fragaware import FragAware
+    from hami_control.placement.learn import WorkloadEstimate
+    view = view_of({"t4": [gpu("GPU-t", type_="NVIDIA-T4")]}, cpu=8000, mem=65536)
+    view.upsert_node("big", [gpu(f"GPU-b{i}", type_="NVIDIA-G2", index=i) for i in range(3)],
+                     128000, 65536)
+    anywhere = PodClass(1, 1000, 1000, 0, request().filters)
+    t4_only = PodClass(1, 1000, 1000, 0, request(annotations={
+        "nvidia.com/use-gputype": "T4"}).filters)
+    cpu_hungry = PodClass(1, 500, 64000, 0, request().filters)
+    nowhere = PodClass(4, 1000, 1000, 0, request().filters)
+    estimate = WorkloadEstimate([(anywhere, 0.25), (t4_only, 0.25), (cpu_hungry, 0.25),
+                                 (nowhere, 0.25)], 0.0, 0.0, 1)
+    weights = dict(FragAware._weighted(estimate, view).classes)
+    assert weights[anywhere] == 0.25
+    assert weights[t4_only] == 0.25 * 4 / 1          # 1 of the 4 GPUs is a T4
+    assert weights[cpu_hungry] == 0.25 * 4 / 3       # only the 128-core node has the CPU
+    assert weights[nowhere] == 0.25                  # fits no node: plain frequency

@@ -32,6 +32,7 @@ class FragAware:
 
     @property
     def version(self) -> int:
+        """The learned model's version: scores change when it does."""
         return self.learner.version
 
     def prepare(self, view) -> None:
@@ -83,6 +84,7 @@ class FragAware:
                                  node.mem_free - request.memory_mib)
 
     def pick(self, node, candidates, ctr, request):
+        """A shared slice goes to the GPU that leaves the lowest loss; whole GPUs in order."""
         if not (ctr.nums == 1 and ctr.cores < 100):
             return sorted(candidates)[:ctr.nums]
         workload = self._workload()
@@ -95,6 +97,7 @@ class FragAware:
         return [best]
 
     def score(self, node, request, plan) -> float:
+        """Loss before minus loss after the plan, then a best-fit tie-break below 1e-3."""
         workload = self._workload()
         items, after = self._after(workload, node, request, plan)
         drop = self._loss_before(workload, node) - after

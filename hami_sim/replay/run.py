@@ -53,6 +53,7 @@ class InProcessPlacer:
         self.timed, self.durations = timed, []
 
     def place(self, pod: dict) -> Optional[str]:
+        """Parse, place, reserve; the node name or None."""
         start = time.perf_counter() if self.timed else 0.0
         request = parse_pod(pod)
         decision = self.engine.place(self.view, request)

@@ -1,21 +1,17 @@
 """The engine: decisions, reserve/release, node subsets, caches, policies, views from objects."""
-import json
 import random
 
 import pytest
 
 from hami_common import node_register, pod_devices
-from hami_common.node_register import DeviceInfo
 from hami_common.pod_devices import ContainerDevice
-from hami_common.request import parse_pod
-from hami_control.placement import (ClusterView, Engine, PlacementConfig, PlacementError,
-                                    Reservation, place)
+from hami_control.placement import Engine, PlacementConfig, PlacementError, Reservation, place
 from hami_control.placement.annotations import build_view
 from hami_control.placement.policy import GpuPolicy, NodePolicy
 from hami_control.placement.registry import BASELINE_POLICIES, SERVER_POLICIES, PolicyRegistry
 from hami_control.placement.workload import Workload
 
-from _placement_fixtures import gpu, pod_dict, request, view_of
+from _placement_fixtures import gpu, request, view_of
 
 BINPACK = PlacementConfig(node_policy="binpack", gpu_policy="binpack")
 SPREAD = PlacementConfig(node_policy="spread", gpu_policy="spread")

@@ -1,0 +1,131 @@
+"""The placement data model: devices and nodes with their usage, plans and decisions."""
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+from hami_common.node_register import DeviceInfo
+from hami_common.pod_devices import ContainerDevice
+
+
+class PlacementError(Exception):
+    """The placement engine was asked something it cannot answer (unknown policy, bad view)."""
+
+
+class Device:
+    """One physical GPU of a node: what it is (registered) and what is taken of it."""
+
+    __slots__ = ("uuid", "index", "type", "type_lower", "numa", "count", "devmem", "devcore",
+                 "health", "cordoned", "used", "usedmem", "usedcores")
+
+    def __init__(self, info: DeviceInfo, cordoned: bool = False):
+        self.uuid, self.index, self.type = info.id, info.index, info.type
+        self.type_lower = info.type.lower()
+        self.numa, self.count, self.devmem, self.devcore = info.numa, info.count, info.devmem, \
+            info.devcore
+        self.health, self.cordoned = info.health, cordoned
+        self.used = self.usedmem = self.usedcores = 0
+
+    def share_free(self) -> int:
+        """Free fraction of the GPU in thousandths (cores and memory, whichever is scarcer)."""
+        if self.used >= self.count or not self.health or self.cordoned:
+            return 0
+        cores = (self.devcore - self.usedcores) * 1000 // self.devcore if self.devcore else 0
+        mem = (self.devmem - self.usedmem) * 1000 // self.devmem if self.devmem else 0
+        return max(0, min(cores, mem))
+
+    def __repr__(self):
+        return (f"Device({self.uuid}, {self.type}, used={self.used}/{self.count}, "
+                f"mem={self.usedmem}/{self.devmem}, cores={self.usedcores}/{self.devcore})")
+
+
+class Node:
+    """A node of the cluster view: its GPUs, and optionally its CPU/memory for resource fit."""
+
+    __slots__ = ("name", "devices", "cpu_capacity", "mem_capacity", "cpu_used", "mem_used",
+                 "version", "position", "_items", "_key")
+
+    def __init__(self, name: str, devices, cpu_capacity: Optional[int] = None,
+                 mem_capacity: Optional[int] = None):
+        self.name, self.devices = name, list(devices)
+        self.cpu_capacity, self.mem_capacity = cpu_capacity, mem_capacity
+        self.cpu_used = self.mem_used = 0
+        self.version = 0          # bumped on every change; caches compare it
+        self.position = -1        # index in the view's node list
+        self._items = None
+        self._key = None
+
+    def state_key(self, with_uuid: bool = False) -> tuple:
+        """Everything a placement decision can depend on, but the name: nodes with equal keys
+        fit and score alike (the UUIDs matter only to pods that filter by UUID)."""
+        if with_uuid:
+            return self._state(True)
+        cached = self._key
+        if cached is None or cached[0] != self.version:
+            cached = self._key = (self.version, self._state(False))
+        return cached[1]
+
+    def _state(self, with_uuid: bool) -> tuple:
+        return (self.cpu_free, self.mem_free, self.cpu_capacity is None,
+                tuple((d.type_lower, d.uuid if with_uuid else None, d.count, d.devmem,
+                       d.devcore, d.used, d.usedmem, d.usedcores, d.health, d.cordoned, d.numa)
+                      for d in self.devices))
+
+    def items(self) -> tuple:
+        """((type_lower, free share), ...) per device in order, cached per version."""
+        cached = self._items
+        if cached is None or cached[0] != self.version:
+            cached = self._items = (self.version, tuple((d.type_lower, d.share_free())
+                                                        for d in self.devices))
+        return cached[1]
+
+    @property
+    def cpu_free(self) -> float:
+        """Free millicores (infinite when the node does not report CPU)."""
+        return float("inf") if self.cpu_capacity is None else self.cpu_capacity - self.cpu_used
+
+    @property
+    def mem_free(self) -> float:
+        """Free MiB of memory (infinite when the node does not report memory)."""
+        return float("inf") if self.mem_capacity is None else self.mem_capacity - self.mem_used
+
+    def device(self, uuid: str) -> Optional[Device]:
+        """The device with that UUID, if the node has it."""
+        for dev in self.devices:
+            if dev.uuid == uuid:
+                return dev
+        return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer for one pod: a node and per-container GPU slices, or a refusal with reasons.
+
+    `devices` follows the pod's container order (init containers first, GPU-less containers as
+    empty tuples), ready for `hami_common.pod_devices.encode`. On a refusal, `failed` maps each
+    candidate node to its reason text and `message` sums them up (kube-scheduler style).
+    """
+
+    node: Optional[str]
+    devices: tuple = ()
+    score: float = 0.0
+    failed: Mapping[str, str] = field(default_factory=dict)
+    message: str = ""
+    policy: tuple = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether a node was found."""
+        return self.node is not None
+
+    def gpu_share(self) -> float:
+        """GPUs allocated, each slice counted by its cores share (a whole card is 1.0)."""
+        return sum(d.usedcores for ctr in self.devices for d in ctr) / 100.0
+
+
+def plan_devices(node: Node, containers, plan) -> tuple:
+    """ContainerDevice tuples for a plan (device positions per container) on a node."""
+    out = []
+    for ctr, positions in zip(containers, plan):
+        out.append(tuple(ContainerDevice(uuid=node.devices[i].uuid,
+                                         usedmem=ctr.memory_on(node.devices[i].devmem),
+                                         usedcores=ctr.cores) for i in positions))
+    return tuple(out)

@@ -1,0 +1,203 @@
+"""The cluster view: nodes, their GPUs and what every placed (or reserved) pod takes of them.
+
+Usage is kept per device and changed only through reserve/release, so a decision is visible to
+the next one at once. Every change bumps the node's version; the engine's caches compare
+versions to know which nodes to look at again.
+"""
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import numpy as np
+
+from hami_control.placement.capacity import CapacityIndex
+from hami_control.placement.model import Device, Node, PlacementError
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What one pod takes: per container (init containers first) the GPU slices it got."""
+
+    pod: str
+    node: str
+    devices: tuple
+    init_positions: frozenset = frozenset()   # containers that end before the others start
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    def device_usage(self) -> dict:
+        """uuid -> (slots, MiB, cores) the pod holds on that GPU.
+
+        Init containers run one after another before the others start, so per GPU the pod holds
+        the larger of (sum over regular containers, largest init container), per dimension.
+        """
+        regular, init = {}, {}
+        for position, ctr in enumerate(self.devices):
+            for d in ctr:
+                if position in self.init_positions:
+                    s, m, c = init.get(d.uuid, (0, 0, 0))
+                    init[d.uuid] = (1, max(m, d.usedmem), max(c, d.usedcores))
+                else:
+                    s, m, c = regular.get(d.uuid, (0, 0, 0))
+                    regular[d.uuid] = (s + 1, m + d.usedmem, c + d.usedcores)
+        usage = dict(regular)
+        for uuid, held in init.items():
+            usage[uuid] = tuple(max(a, b) for a, b in zip(usage.get(uuid, (0, 0, 0)), held))
+        return usage
+
+    @classmethod
+    def of(cls, request, decision) -> "Reservation":
+        """What a pod takes once the decision for it is applied."""
+        return cls(pod=request.key, node=decision.node, devices=decision.devices,
+                   init_positions=frozenset(i for i, c in enumerate(request.containers)
+                                            if c.init),
+                   cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
+
+
+class ClusterView:
+    """Nodes by name, their devices' usage, and the reservations that make it up."""
+
+    def __init__(self):
+        self.nodes: list = []
+        self._by_name: dict = {}
+        self._reservations: dict = {}
+        self._by_node: dict = {}          # node name -> set of pod keys
+        self.versions = np.zeros(0, dtype=np.int64)
+        self.capacity = CapacityIndex([])
+        self.epoch = 0                    # bumped when nodes come or go (positions change)
+        self.caches: dict = {}            # owned by the engine; reset with the epoch
+        self._static_cache = None
+
+    # --- nodes -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def node(self, name: str) -> Optional[Node]:
+        """The node of that name, or None."""
+        return self._by_name.get(name)
+
+    def upsert_node(self, name: str, devices, cpu_milli: Optional[int] = None,
+                    memory_mib: Optional[int] = None, cordoned: Iterable[str] = ()) -> Node:
+        """Add or replace a node's registration; existing reservations on it are re-applied."""
+        cordon = set(cordoned)
+        node = Node(name, [Device(info, info.id in cordon) for info in devices], cpu_milli,
+                    memory_mib)
+        old = self._by_name.get(name)
+        if old is not None:
+            node.position, node.version = old.position, old.version + 1
+            self.nodes[old.position] = node
+            self._by_name[name] = node
+            self.versions[node.position] = node.version
+            self.capacity.update(node)
+            self.epoch += 1               # the GPU inventory may have changed
+            self.caches.clear()
+        else:
+            self._by_name[name] = node
+            self.nodes.append(node)
+            self._renumber()
+        for key in self._by_node.get(name, ()):
+            self._apply(node, self._reservations[key], +1)
+        return node
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node; its reservations stay and return with it."""
+        if self._by_name.pop(name, None) is not None:
+            self.nodes = [n for n in self.nodes if n.name != name]
+            self._renumber()
+
+    def _renumber(self) -> None:
+        for position, node in enumerate(self.nodes):
+            node.position = position
+        self.versions = np.array([n.version for n in self.nodes], dtype=np.int64)
+        self.capacity = CapacityIndex(self.nodes)
+        self.epoch += 1
+        self.caches.clear()
+
+    def gpus_by_type(self) -> dict:
+        """Registered GPUs per lower-case type name (cached until nodes come or go)."""
+        return self._static()[0]
+
+    def node_shapes(self) -> dict:
+        """{(cpu capacity, memory capacity, GPU types): number of nodes} (cached like above);
+        capacities are infinite when a node does not report them."""
+        return self._static()[2]
+
+    def largest(self) -> tuple:
+        """(most millicores, most GPUs x 1000) of any node (cached until nodes come or go)."""
+        return self._static()[1]
+
+    def _static(self) -> tuple:
+        if self._static_cache is None or self._static_cache[0] != self.epoch:
+            types = {}
+            for node in self.nodes:
+                for dev in node.devices:
+                    types[dev.type_lower] = types.get(dev.type_lower, 0) + 1
+            largest = (max((n.cpu_capacity or 0 for n in self.nodes), default=0),
+                       max((len(n.devices) * 1000 for n in self.nodes), default=0) or 1000)
+            shapes = {}
+            for node in self.nodes:
+                shape = (float("inf") if node.cpu_capacity is None else node.cpu_capacity,
+                         float("inf") if node.mem_capacity is None else node.mem_capacity,
+                         tuple(sorted(d.type_lower for d in node.devices)))
+                shapes[shape] = shapes.get(shape, 0) + 1
+            self._static_cache = (self.epoch, (types, largest, shapes))
+        return self._static_cache[1]
+
+    def _touch(self, node: Node) -> None:
+        node.version += 1
+        self.versions[node.position] = node.version
+        self.capacity.update(node)
+
+    # --- reservations --------------------------------------------------------------------
+    def reservation(self, pod: str) -> Optional[Reservation]:
+        """The pod's reservation, if it holds one."""
+        return self._reservations.get(pod)
+
+    def reservations(self) -> list:
+        """All reservations (a copy)."""
+        return list(self._reservations.values())
+
+    def reserve(self, reservation: Reservation) -> None:
+        """Record what a pod takes. PlacementError if the pod already holds a reservation."""
+        if reservation.pod in self._reservations:
+            raise PlacementError(f"pod {reservation.pod} already holds a reservation on "
+                                 f"{self._reservations[reservation.pod].node}; release it first")
+        self._reservations[reservation.pod] = reservation
+        self._by_node.setdefault(reservation.node, set()).add(reservation.pod)
+        node = self._by_name.get(reservation.node)
+        if node is not None:
+            self._apply(node, reservation, +1)
+
+    def release(self, pod: str) -> Optional[Reservation]:
+        """Give back what a pod took; returns the reservation, or None if it held none."""
+        reservation = self._reservations.pop(pod, None)
+        if reservation is None:
+            return None
+        self._by_node[reservation.node].discard(pod)
+        node = self._by_name.get(reservation.node)
+        if node is not None:
+            self._apply(node, reservation, -1)
+        return reservation
+
+    def _apply(self, node: Node, reservation: Reservation, sign: int) -> None:
+        for uuid, (slots, mem, cores) in reservation.device_usage().items():
+            dev = node.device(uuid)
+            if dev is not None:          # a GPU that vanished from the registration holds nothing
+                dev.used += sign * slots
+                dev.usedmem += sign * mem
+                dev.usedcores += sign * cores
+        node.cpu_used += sign * reservation.cpu_milli
+        node.mem_used += sign * reservation.memory_mib
+        self._touch(node)
+
+    def overcommitted(self) -> list:
+        """Devices or nodes whose usage exceeds capacity: (node, what) pairs; empty if none."""
+        bad = []
+        for node in self.nodes:
+            for d in node.devices:
+                if d.used > d.count or d.usedmem > d.devmem or d.usedcores > d.devcore or \
+                        min(d.used, d.usedmem, d.usedcores) < 0:
+                    bad.append((node.name, repr(d)))
+            if node.cpu_free < 0 or node.mem_free < 0:
+                bad.append((node.name, f"cpu {node.cpu_used}/{node.cpu_capacity} "
+                                       f"mem {node.mem_used}/{node.mem_capacity}"))
+        return bad

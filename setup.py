@@ -40,6 +40,7 @@ setup(
         "psutil>=5.9,<8",
         "prometheus-client>=0.19,<1",
         "PyYAML>=6,<7",
+        "numpy>=1.26,<3",
     ],
     extras_require={
         "test": ["pytest>=8,<10", "pytest-timeout>=2.2,<3", "hypothesis>=6.100,<7",

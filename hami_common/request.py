@@ -105,11 +105,6 @@ class PodRequest:
         """Whether any container asks for a GPU."""
         return any(c.nums for c in self.containers)
 
-    @property
-    def init_count(self) -> int:
-        """How many leading containers are init containers that end before the others start."""
-        return sum(1 for c in self.containers if c.init)
-
     @cached_property
     def signature(self) -> tuple:
         """Everything placement depends on; two requests with equal signatures place alike."""

@@ -124,6 +124,8 @@
     X(cuArrayGetDescriptor, 3020, DEFAULT, cuArrayGetDescriptor_v2, PFN_cuArrayGetDescriptor_v3020) \
     X(cuArray3DGetDescriptor, 2000, DEFAULT, cuArray3DGetDescriptor, PFN_cuArray3DGetDescriptor_v2000) \
     X(cuArray3DGetDescriptor, 3020, DEFAULT, cuArray3DGetDescriptor_v2, PFN_cuArray3DGetDescriptor_v3020) \
+    X(cuMipmappedArrayCreate, 5000, DEFAULT, cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000) \
+    X(cuMipmappedArrayDestroy, 5000, DEFAULT, cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000) \
     X(cuStreamCreate, 2000, DEFAULT, cuStreamCreate, PFN_cuStreamCreate_v2000) \
     X(cuStreamCreateWithPriority, 5050, DEFAULT, cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050) \
     X(cuStreamDestroy, 2000, DEFAULT, cuStreamDestroy, PFN_cuStreamDestroy_v2000) \

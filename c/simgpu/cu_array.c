@@ -1,4 +1,6 @@
-/* CUDA arrays: device memory sized from the descriptor, counted like any allocation. */
+/* CUDA arrays and mipmapped arrays: device memory sized from the descriptor (every level of a
+ * mipmapped array, each level half the previous one in every dimension, at least 1), counted
+ * like any allocation. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -13,47 +15,68 @@ struct CUarray_st {
     uint64_t charged;
 };
 
-static size_t element_bytes(CUarray_format f)
+/* A mipmapped array: every level in one backing allocation. */
+struct CUmipmappedArray_st {
+    uint32_t magic;
+    int dev;
+    unsigned int levels;
+    void *mem;
+    uint64_t charged;
+};
+
+/* Bytes of one level of an array (0 when the descriptor is invalid or overflows). */
+static uint64_t level_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int level)
 {
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF:
-        return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT:
-        return 4;
-    default: return 0;
-    }
+    size_t elem = hami_array_format_bytes(d->Format);
+    if (!elem || d->Width == 0 || level >= 64 ||
+        (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4))
+        return 0;
+    size_t w = d->Width >> level, h = (d->Height ? d->Height : 1) >> level,
+           z = (d->Depth ? d->Depth : 1) >> level;
+    w = w ? w : 1;
+    h = h ? h : 1;
+    z = z ? z : 1;
+    size_t row = w * elem * d->NumChannels;
+    if (row / w != elem * d->NumChannels || h > SIZE_MAX / row || z > SIZE_MAX / (row * h))
+        return 0;
+    return row * h * z;
 }
 
-static CUresult create_array(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
+/* Charges the current context's device for `size` bytes and maps them. */
+static CUresult alloc_backing(uint64_t size, int *dev, void **mem)
 {
     struct CUctx_st *c = NULL;
     CUresult rc = sim_require_ctx(&c);
     if (rc != CUDA_SUCCESS)
         return rc;
-    size_t elem = element_bytes(d->Format);
-    if (!out || !elem || d->Width == 0 ||
-        (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4))
+    if (sim_charge(c->dev, size) < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!(*mem = sim_map_memory(size))) {
+        sim_uncharge(c->dev, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *dev = c->dev;
+    return CUDA_SUCCESS;
+}
+
+static CUresult create_array(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    uint64_t bytes = level_bytes(d, 0);
+    if (!out || !bytes)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t h = d->Height ? d->Height : 1, z = d->Depth ? d->Depth : 1;
-    size_t row = d->Width * elem * d->NumChannels;
-    if (row / d->Width != elem * d->NumChannels || h > SIZE_MAX / row || z > SIZE_MAX / (row * h))
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t size = sim_alloc_size(row * h * z);
     struct CUarray_st *a = calloc(1, sizeof *a);
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (sim_charge(c->dev, size) < 0) {
+    uint64_t size = sim_alloc_size(bytes);
+    rc = alloc_backing(size, &a->dev, &a->mem);
+    if (rc != CUDA_SUCCESS) {
         free(a);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (!(a->mem = sim_map_memory(size))) {
-        sim_uncharge(c->dev, size);
-        free(a);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return rc;
     }
     a->magic = MAGIC_ARRAY;
-    a->dev = c->dev;
     a->desc = *d;
     a->charged = size;
     *out = a;
@@ -111,5 +134,54 @@ SIM_API CUresult cuArrayDestroy(CUarray a)
     sim_uncharge(a->dev, a->charged);
     a->magic = MAGIC_DEAD;
     free(a);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                        const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned int levels)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!pHandle || !desc || levels == 0 || levels > 64)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t longest = desc->Width > desc->Height ? desc->Width : desc->Height;
+    longest = longest > desc->Depth ? longest : desc->Depth;
+    if (levels > 1 && (longest >> (levels - 1)) == 0) /* more levels than halvings */
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t bytes = 0;
+    for (unsigned int l = 0; l < levels; l++) {
+        uint64_t b = level_bytes(desc, l);
+        if (!b || bytes + b < bytes)
+            return CUDA_ERROR_INVALID_VALUE;
+        bytes += b;
+    }
+    struct CUmipmappedArray_st *m = calloc(1, sizeof *m);
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t size = sim_alloc_size(bytes);
+    rc = alloc_backing(size, &m->dev, &m->mem);
+    if (rc != CUDA_SUCCESS) {
+        free(m);
+        return rc;
+    }
+    m->magic = MAGIC_MIPMAP;
+    m->levels = levels;
+    m->charged = size;
+    *pHandle = m;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!m || m->magic != MAGIC_MIPMAP)
+        return CUDA_ERROR_INVALID_HANDLE;
+    munmap(m->mem, m->charged);
+    sim_uncharge(m->dev, m->charged);
+    m->magic = MAGIC_DEAD;
+    free(m);
     return CUDA_SUCCESS;
 }

@@ -4,6 +4,8 @@
 
 #include "cu_internal.h"
 
+const int sim_honours_cuda_visible = 1; /* libcuda applies CUDA_VISIBLE_DEVICES */
+
 static int initialised; /* set once by a successful cuInit */
 
 CUresult sim_cu_ready(void) { return initialised ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED; }

@@ -20,6 +20,7 @@ enum sim_magic {
     MAGIC_POOL = 0x504f4f31,
     MAGIC_ARRAY = 0x41525231,
     MAGIC_PHYS = 0x50485931,
+    MAGIC_MIPMAP = 0x4d495031,
     MAGIC_DEAD = 0xdeadbeef,
 };
 

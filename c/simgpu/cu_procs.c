@@ -105,6 +105,8 @@
     X(cuArrayGetDescriptor_v2) \
     X(cuArray3DGetDescriptor_v2) \
     X(cuArrayDestroy) \
+    X(cuMipmappedArrayCreate) \
+    X(cuMipmappedArrayDestroy) \
     X(cuStreamCreate) \
     X(cuStreamCreateWithPriority) \
     X(cuStreamDestroy_v2) \

@@ -1,6 +1,6 @@
 /* Streams, events and synchronisation on the analytic device timeline: no worker threads.
  * Work queued on a stream gets its end time at submission (sim_enqueue_busy); waiting means
- * sleeping until that time; an event remembers its stream's end time when recorded. */
+ * sleeping until that time; an event is stamped when the device would reach it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,9 +192,15 @@ static CUresult event_record(CUevent ev, CUstream h, int pt)
         return rc;
     if (!ev || ev->magic != MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    int64_t tail = s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
+    /* The device reaches the event when it would start the stream's next kernel: after the
+     * stream's own work and, the device being time-sliced in submission order, after
+     * everything queued on it before (another process's kernels too). A real GPU stamps an
+     * event when it processes it in the stream, which needs the stream's context to run. */
+    int64_t t = s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
     int64_t now = sim_now_ns();
-    ev->t_ns = tail > now ? tail : now; /* the device reaches the event after queued work */
+    int64_t device = __atomic_load_n(&sim_device(s->ctx->dev)->busy_until_ns, __ATOMIC_ACQUIRE);
+    t = t > now ? t : now;
+    ev->t_ns = t > device ? t : device;
     ev->recorded = 1;
     return CUDA_SUCCESS;
 }

@@ -4,6 +4,8 @@
 
 #include "nvml_internal.h"
 
+const int sim_honours_cuda_visible = 0; /* NVML ignores CUDA_VISIBLE_DEVICES */
+
 static int init_count; /* nvmlInit may be called repeatedly; each needs a shutdown */
 static struct nvmlDevice_st handles[SIM_MAX_DEVICES];
 
@@ -144,13 +146,13 @@ SIM_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int 
     return rc == NVML_SUCCESS ? copy_string(uuid, length, d->uuid) : rc;
 }
 
-/* Index, minor number and NUMA node are all small per-device integers. */
+/* Index (in this process's view), minor number (the physical device's) and NUMA node. */
 static nvmlReturn_t device_uint(nvmlDevice_t h, unsigned int *out, int which)
 {
     struct sim_device *d;
     nvmlReturn_t rc = sim_nvml_device_arg(h, &d, out);
     if (rc == NVML_SUCCESS)
-        *out = which == 2 ? (unsigned int)d->numa_node : d->index;
+        *out = which == 2 ? (unsigned int)d->numa_node : which == 1 ? d->index : (unsigned int)h->index;
     return rc;
 }
 
@@ -171,7 +173,7 @@ static nvmlReturn_t memory_of(nvmlDevice_t h, const void *out, uint64_t *total, 
     nvmlReturn_t rc = sim_nvml_device_arg(h, &d, out);
     if (rc == NVML_SUCCESS) {
         *total = d->total_bytes;
-        *used = sim_device_used((int)d->index);
+        *used = sim_device_used(h->index);
         if (*used > *total)
             *used = *total;
     }

@@ -45,6 +45,15 @@ uint64_t sim_parse_size(const char *text);
 void sim_device_identity(struct sim_device *dev, int index, const struct sim_gpu_spec *spec,
                          const char *uuid_seed);
 
+/* The devices a process sees, as indices into `uuids` (visible.c): HAMI_SIM_VISIBLE_DEVICES
+ * text (`container`: indices or UUIDs, "all", "none"; unset or empty: all) and then, when
+ * `cuda` is not NULL, CUDA_VISIBLE_DEVICES on top with the driver's rules. Returns the count,
+ * or -1 with `err` set when `container` is malformed. */
+int sim_visible_view(const char *container, const char *cuda, char *const *uuids, int count,
+                     int *view, char *err, size_t errlen);
+/* 1 in the simulated libcuda (which honours CUDA_VISIBLE_DEVICES), 0 in libnvidia-ml. */
+extern const int sim_honours_cuda_visible;
+
 /* ---- shared state (state.c) ---- */
 
 enum sim_status {

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hami_robust_mutex.h"
 #include "sim.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= SIM_LOCK_BYTES, "mutex fits the lock field");
@@ -18,6 +19,8 @@ static pthread_once_t open_once = PTHREAD_ONCE_INIT;
 static enum sim_status open_status = SIM_NO_STATE;
 static struct sim_state *state;
 static uint64_t ctx_overhead;
+static int view[SIM_MAX_DEVICES]; /* visible index -> device record */
+static int view_count;
 
 /* mkdir -p with mode 0700 for the directories it creates. */
 static int make_dirs(const char *path)
@@ -71,16 +74,6 @@ static const char *mismatch(const struct sim_state *s, off_t size, const char *c
     return NULL;
 }
 
-static void init_lock(struct sim_state *s)
-{
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init((pthread_mutex_t *)(void *)s->header.lock, &attr);
-    pthread_mutexattr_destroy(&attr);
-}
-
 /* Writes a fresh state file next to `path` and renames it over `path`. */
 static int rebuild(const char *path, const struct sim_config *cfg, const char *config,
                    const char *seed)
@@ -100,7 +93,7 @@ static int rebuild(const char *path, const struct sim_config *cfg, const char *c
             s->header.device_count = (uint32_t)cfg->count;
             s->header.device_size = sizeof(struct sim_device);
             memcpy(s->header.config, config, strnlen(config, SIM_CONFIG_LEN - 1));
-            init_lock(s);
+            hami_robust_mutex_init(s->header.lock);
             for (int i = 0; i < cfg->count; i++)
                 sim_device_identity(&s->devices[i], i, &cfg->gpus[i], seed);
             __atomic_store_n(&s->header.magic, SIM_STATE_MAGIC, __ATOMIC_RELEASE);
@@ -156,6 +149,21 @@ static struct sim_state *map_state(const char *dir, const struct sim_config *cfg
     return s;
 }
 
+/* The devices this process sees (HAMI_SIM_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES). */
+static int open_view(void)
+{
+    char *uuids[SIM_MAX_DEVICES], err[256];
+    int count = (int)state->header.device_count;
+    for (int i = 0; i < count; i++)
+        uuids[i] = state->devices[i].uuid;
+    const char *container = getenv("HAMI_SIM_VISIBLE_DEVICES");
+    const char *cuda = sim_honours_cuda_visible ? getenv("CUDA_VISIBLE_DEVICES") : NULL;
+    view_count = sim_visible_view(container, cuda, uuids, count, view, err, sizeof err);
+    if (view_count < 0)
+        fprintf(stderr, "hami-sim: HAMI_SIM_VISIBLE_DEVICES='%s': %s\n", container, err);
+    return view_count;
+}
+
 static void open_once_fn(void)
 {
     char err[256];
@@ -191,6 +199,10 @@ static void open_once_fn(void)
         open_status = SIM_NO_STATE;
         return;
     }
+    if (open_view() < 0) {
+        open_status = SIM_BAD_CONFIG;
+        return;
+    }
     sim_slots_init();
     open_status = SIM_READY;
 }
@@ -201,13 +213,13 @@ enum sim_status sim_open(void)
     return open_status;
 }
 
-int sim_device_count(void) { return sim_open() == SIM_READY ? (int)state->header.device_count : 0; }
+int sim_device_count(void) { return sim_open() == SIM_READY ? view_count : 0; }
 
 struct sim_device *sim_device(int index)
 {
-    if (sim_open() != SIM_READY || index < 0 || index >= (int)state->header.device_count)
+    if (sim_open() != SIM_READY || index < 0 || index >= view_count)
         return NULL;
-    return &state->devices[index];
+    return &state->devices[view[index]];
 }
 
 uint64_t sim_ctx_overhead(void) { return ctx_overhead; }

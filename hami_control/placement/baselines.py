@@ -85,7 +85,7 @@ class BestFit(_Paper):
 
 def node_items(node) -> tuple:
     """A node's devices as the fragmentation measure sees them, in canonical order."""
-    return tuple(sorted((d.type_lower, d.share_free()) for d in node.devices))
+    return tuple(sorted(node.items()))
 
 
 def plan_items(node, request, plan) -> tuple:
@@ -95,8 +95,23 @@ def plan_items(node, request, plan) -> tuple:
         for pos in positions:
             s, m, c = taken.get(pos, (0, 0, 0))
             taken[pos] = (s + 1, m + ctr.memory_on(node.devices[pos].devmem), c + ctr.cores)
-    return tuple(sorted((d.type_lower, share_with(d, *taken[i]) if i in taken else d.share_free())
-                        for i, d in enumerate(node.devices)))
+    items = list(node.items())
+    for pos, (s, m, c) in taken.items():
+        items[pos] = (items[pos][0], share_with(node.devices[pos], s, m, c))
+    items.sort()
+    return tuple(items)
+
+
+def distinct_candidates(node, candidates) -> list:
+    """The lowest position of each (type, free share) among the candidates: GPUs that look the
+    same to the fragmentation measure need not be tried twice."""
+    seen, out = set(), []
+    items = node.items()
+    for pos in sorted(candidates):
+        if items[pos] not in seen:
+            seen.add(items[pos])
+            out.append(pos)
+    return out
 
 
 class FragmentationMeasure:
@@ -136,7 +151,7 @@ class FGD(_Paper):
         if not _is_shared(ctr):
             return _lowest(candidates, ctr)
         best, best_frag = None, None
-        for pos in sorted(candidates):
+        for pos in distinct_candidates(node, candidates):
             plan = tuple((pos,) if c is ctr else () for c in request.containers)
             frag = self.measure.after(node, request, plan)
             if best_frag is None or frag < best_frag:

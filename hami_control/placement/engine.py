@@ -1,8 +1,13 @@
 """place(view, request) -> Decision: the node and GPUs for a pod, or why none fits.
 
-Every node is judged by `fit_pod` (HAMi's device checks) and scored by the node policy. Scores
-are cached per request signature and re-computed only for nodes whose version changed since,
-so a stream of similar pods costs a few node evaluations each, not one per node of the cluster.
+Every node is judged by `fit_pod` (HAMi's device checks) and scored by the node policy. To keep
+a decision cheap on a large cluster:
+- scores are cached per request signature and re-computed only for nodes whose version changed
+  since (a stream of similar pods costs a few node evaluations each);
+- nodes the capacity index rules out are not evaluated (their reason is worked out only when a
+  refusal has to be explained);
+- nodes in identical states are evaluated once;
+- a learned policy model changes rarely (see learn.py), and only then are all scores redone.
 """
 import random
 from dataclasses import dataclass
@@ -20,22 +25,25 @@ _CACHE_ENTRIES = 512
 
 @dataclass(frozen=True)
 class PlacementConfig:
-    """How the engine places: default policies, and whether it checks node CPU/memory."""
+    """How the engine places: default policies, node CPU/memory checks, explanations."""
 
     node_policy: str = "fragaware"
     gpu_policy: str = "fragaware"
     resource_fit: bool = False      # kube-scheduler already checks CPU/memory in a cluster
-    explain: bool = True            # collect per-node reasons of the nodes that do not fit
+    explain: bool = True            # on a refusal, say why each node was refused
     learn: bool = True              # feed each request to the learned workload model
 
 
 class _Entry:
-    __slots__ = ("seen", "scores", "reasons")
+    """Cached scores of one request signature under one pair of policies."""
+
+    __slots__ = ("seen", "scores", "reasons", "plans")
 
     def __init__(self, size: int):
         self.seen = np.full(size, -1, dtype=np.int64)
         self.scores = np.full(size, -np.inf)
-        self.reasons = [None] * size
+        self.reasons = [None] * size      # None on a refused node: not worked out yet
+        self.plans = [None] * size        # the device positions the score was given for
 
 
 class Engine:
@@ -50,9 +58,9 @@ class Engine:
 
     def place(self, view, request, nodes: Optional[Iterable[str]] = None) -> Decision:
         """The decision for `request`; `nodes` limits the candidates (the extender's NodeNames)."""
-        node_name = request.node_policy or self.config.node_policy
-        gpu_name = request.gpu_policy or self.config.gpu_policy
-        node_policy, gpu_policy = self.registry.resolve(node_name, gpu_name)
+        node_policy, gpu_policy = self.registry.resolve(
+            request.node_policy or self.config.node_policy,
+            request.gpu_policy or self.config.gpu_policy)
         node_policy.prepare(view)
         if gpu_policy is not node_policy:
             gpu_policy.prepare(view)
@@ -64,18 +72,17 @@ class Engine:
         fits = np.flatnonzero(scores > -np.inf)
         policy = (node_policy.name, gpu_policy.name)
         if fits.size == 0:
-            failed = self._failed(view, entry, mask, unknown)
+            failed = self._failed(view, request, gpu_policy, entry, mask, unknown)
             total = (len(view) if mask is None else int(mask.sum())) + len(unknown)
             return Decision(None, failed=failed, message=R.summarize(failed, total),
                             policy=policy)
         chosen = self._choose(fits, node_policy.normalize(scores[fits]), node_policy.random_ties)
         node = view.nodes[chosen]
-        plan, why = fit_pod(node, request, gpu_policy)
-        if plan is None:      # a policy whose pick is random may differ from the cached one
-            raise PlacementError(f"node {node.name} fitted when scored but not now: {why}")
-        failed = self._failed(view, entry, mask, unknown) if self.config.explain else {}
+        plan = entry.plans[chosen]       # the plan that was scored (a random pick may differ)
+        if plan is None or entry.seen[chosen] != node.version:
+            raise PlacementError(f"node {node.name}: no current plan behind its score")
         return Decision(node.name, plan_devices(node, request.containers, plan),
-                        float(scores[chosen]), failed, policy=policy)
+                        float(scores[chosen]), policy=policy)
 
     def _choose(self, fits, scores, random_ties: bool) -> int:
         best = np.flatnonzero(scores == scores.max())
@@ -83,7 +90,8 @@ class Engine:
             return int(fits[best[self.rng.randrange(len(best))]])
         return int(fits[best[0]])
 
-    def _candidates(self, view, nodes):
+    @staticmethod
+    def _candidates(view, nodes):
         if nodes is None:
             return None, []
         mask = np.zeros(len(view), dtype=bool)
@@ -96,7 +104,7 @@ class Engine:
                 mask[node.position] = True
         return mask, unknown
 
-    def _failed(self, view, entry, mask, unknown) -> dict:
+    def _failed(self, view, request, gpu_policy, entry, mask, unknown) -> dict:
         if not self.config.explain:
             return {}
         failed = {name: R.NODE_UNKNOWN for name in unknown}
@@ -104,12 +112,26 @@ class Engine:
         if mask is not None:
             positions = positions[mask[positions]]
         for pos in positions:
+            if entry.reasons[pos] is None:
+                entry.reasons[pos] = self._evaluate(view.nodes[pos], request, gpu_policy,
+                                                    None)[1] or R.NODE_UNKNOWN
             failed[view.nodes[pos].name] = entry.reasons[pos]
         return failed
 
+    def _evaluate(self, node, request, gpu_policy, node_policy) -> tuple:
+        """(score, reason, plan): the score is -inf and the plan None when the pod does not
+        fit."""
+        why = resource_reason(node, request) if self.config.resource_fit else None
+        if why is None:
+            plan, why = fit_pod(node, request, gpu_policy)
+            if plan is not None:
+                score = node_policy.score(node, request, plan) if node_policy else 0.0
+                return score, None, plan
+        return -np.inf, why, None
+
     def _entry(self, view, request, node_policy, gpu_policy) -> _Entry:
         key = (request.signature, node_policy.name, gpu_policy.name, node_policy.version,
-               getattr(gpu_policy, "version", 0), self.config.resource_fit, id(self.registry))
+               gpu_policy.version, self.config.resource_fit, id(self.registry))
         caches = view.caches
         entry = caches.pop(key, None)
         if entry is None or len(entry.seen) != len(view):
@@ -117,20 +139,28 @@ class Engine:
         caches[key] = entry
         if len(caches) > _CACHE_ENTRIES:
             caches.pop(next(iter(caches)))
-        stale = np.flatnonzero(entry.seen != view.versions)
-        for pos in stale:
-            node = view.nodes[pos]
-            entry.seen[pos] = node.version
-            why = resource_reason(node, request) if self.config.resource_fit else None
-            plan = None
-            if why is None:
-                plan, why = fit_pod(node, request, gpu_policy)
-            if plan is None:
-                entry.scores[pos], entry.reasons[pos] = -np.inf, why
-            else:
-                entry.scores[pos] = node_policy.score(node, request, plan)
-                entry.reasons[pos] = None
+        todo = np.flatnonzero(entry.seen != view.versions)
+        if todo.size:
+            self._rescore(view, request, node_policy, gpu_policy, entry, todo)
         return entry
+
+    def _rescore(self, view, request, node_policy, gpu_policy, entry, todo) -> None:
+        may = view.capacity.may_fit(todo, request, self.config.resource_fit)
+        ruled_out = todo[~may]
+        entry.seen[ruled_out] = view.versions[ruled_out]
+        entry.scores[ruled_out] = -np.inf
+        for pos in ruled_out:
+            entry.reasons[pos] = entry.plans[pos] = None
+        with_uuid = bool(request.filters.use_uuids or request.filters.nouse_uuids)
+        done = {}
+        for pos in todo[may]:
+            node = view.nodes[pos]
+            key = node.state_key(with_uuid)
+            result = done.get(key)
+            if result is None:
+                result = done[key] = self._evaluate(node, request, gpu_policy, node_policy)
+            entry.seen[pos] = node.version
+            entry.scores[pos], entry.reasons[pos], entry.plans[pos] = result
 
 
 def place(view, request, config: PlacementConfig = PlacementConfig(),

@@ -12,7 +12,7 @@ A node's loss is the GPU share that the expected workload could not use on it:
 A placement is scored by how much it lowers the loss; ties go to the node left with the least
 CPU and GPU (best fit), then to node order.
 """
-from hami_control.placement.baselines import node_items, plan_items
+from hami_control.placement.baselines import distinct_candidates, node_items, plan_items
 from hami_control.placement.workload import Workload
 
 _TIE = 1e-4          # best-fit tie-break weight, below the score's rounding step
@@ -32,6 +32,7 @@ class FragAware:
 
     @property
     def version(self) -> int:
+        """The learned model's version: scores change when it does."""
         return self.learner.version
 
     def prepare(self, view) -> None:
@@ -48,13 +49,13 @@ class FragAware:
 
     @staticmethod
     def _weighted(estimate, view) -> Workload:
-        types = view.gpus_by_type() if view is not None else {}
-        total = sum(types.values())
+        shapes = view.node_shapes() if view is not None else {}
+        total = sum(count * len(types) for (_, _, types), count in shapes.items())
         weighted = []
         for cls, p in estimate.classes:
-            usable = sum(n for t, n in types.items() if cls.filters.type_ok(t)) if total else 1
+            usable = _reachable(cls, shapes) if total else 0
             weighted.append((cls, p * (total / usable if usable else 1.0)))
-        workload = Workload(weighted, use_mem=False, version=estimate.version)
+        workload = Workload(weighted, use_mem=True, version=estimate.version)
         workload.cpu_per_milli, workload.mem_per_milli = estimate.cpu_per_milli, \
             estimate.mem_per_milli
         return workload
@@ -77,31 +78,35 @@ class FragAware:
         self._before[node.name] = (node.version, value)
         return value
 
-    def _loss_after(self, workload, node, request, plan) -> float:
-        return self._loss(workload, plan_items(node, request, plan),
-                          node.cpu_free - request.cpu_milli, node.mem_free - request.memory_mib)
+    def _after(self, workload, node, request, plan) -> tuple:
+        items = plan_items(node, request, plan)
+        return items, self._loss(workload, items, node.cpu_free - request.cpu_milli,
+                                 node.mem_free - request.memory_mib)
 
     def pick(self, node, candidates, ctr, request):
+        """A shared slice goes to the GPU that leaves the lowest loss; whole GPUs in order."""
         if not (ctr.nums == 1 and ctr.cores < 100):
             return sorted(candidates)[:ctr.nums]
         workload = self._workload()
         best, best_loss = None, None
-        for pos in sorted(candidates):
+        for pos in distinct_candidates(node, candidates):
             plan = tuple((pos,) if c is ctr else () for c in request.containers)
-            loss = self._loss_after(workload, node, request, plan)
+            loss = self._after(workload, node, request, plan)[1]
             if best_loss is None or loss < best_loss - 1e-9:
                 best, best_loss = pos, loss
         return [best]
 
     def score(self, node, request, plan) -> float:
+        """Loss before minus loss after the plan, then a best-fit tie-break below 1e-3."""
         workload = self._workload()
-        drop = self._loss_before(workload, node) - self._loss_after(workload, node, request, plan)
-        return round(drop, 3) + _TIE * self._tightness(node, request, plan)
+        items, after = self._after(workload, node, request, plan)
+        drop = self._loss_before(workload, node) - after
+        return round(drop, 3) + _TIE * self._tightness(node, request, items)
 
-    def _tightness(self, node, request, plan) -> float:
+    def _tightness(self, node, request, items) -> float:
         """1 for a node left with nothing free, 0 for the largest node left empty."""
         max_cpu, max_gpu = self._view.largest() if self._view is not None else (0, 8000)
-        gpu_left = sum(s for _, s in plan_items(node, request, plan))
+        gpu_left = sum(u for _, u in items)
         cpu_left = 0.0 if node.cpu_capacity is None else node.cpu_free - request.cpu_milli
         waste = 0.5 * gpu_left / max_gpu + (0.5 * cpu_left / max_cpu if max_cpu else 0.0)
         return 1.0 - waste
@@ -109,3 +114,16 @@ class FragAware:
     def normalize(self, scores):
         return scores
 
+
+
+def _reachable(cls, shapes) -> int:
+    """GPUs on the nodes that could host one pod of the class when empty (GPU types, count,
+    CPU and memory capacity): the part of the cluster the class may ever use."""
+    gpus = 0
+    for (cpu, mem, types), count in shapes.items():
+        if cls.cpu > cpu or cls.mem > mem:
+            continue
+        eligible = sum(1 for t in types if cls.filters.type_ok(t))
+        if eligible >= max(cls.nums, 1):
+            gpus += count * len(types)
+    return gpus

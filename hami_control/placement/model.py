@@ -41,7 +41,7 @@ class Node:
     """A node of the cluster view: its GPUs, and optionally its CPU/memory for resource fit."""
 
     __slots__ = ("name", "devices", "cpu_capacity", "mem_capacity", "cpu_used", "mem_used",
-                 "version", "position")
+                 "version", "position", "_items", "_key")
 
     def __init__(self, name: str, devices, cpu_capacity: Optional[int] = None,
                  mem_capacity: Optional[int] = None):
@@ -50,6 +50,32 @@ class Node:
         self.cpu_used = self.mem_used = 0
         self.version = 0          # bumped on every change; caches compare it
         self.position = -1        # index in the view's node list
+        self._items = None
+        self._key = None
+
+    def state_key(self, with_uuid: bool = False) -> tuple:
+        """Everything a placement decision can depend on, but the name: nodes with equal keys
+        fit and score alike (the UUIDs matter only to pods that filter by UUID)."""
+        if with_uuid:
+            return self._state(True)
+        cached = self._key
+        if cached is None or cached[0] != self.version:
+            cached = self._key = (self.version, self._state(False))
+        return cached[1]
+
+    def _state(self, with_uuid: bool) -> tuple:
+        return (self.cpu_free, self.mem_free, self.cpu_capacity is None,
+                tuple((d.type_lower, d.uuid if with_uuid else None, d.count, d.devmem,
+                       d.devcore, d.used, d.usedmem, d.usedcores, d.health, d.cordoned, d.numa)
+                      for d in self.devices))
+
+    def items(self) -> tuple:
+        """((type_lower, free share), ...) per device in order, cached per version."""
+        cached = self._items
+        if cached is None or cached[0] != self.version:
+            cached = self._items = (self.version, tuple((d.type_lower, d.share_free())
+                                                        for d in self.devices))
+        return cached[1]
 
     @property
     def cpu_free(self) -> float:
@@ -74,8 +100,8 @@ class Decision:
     """The answer for one pod: a node and per-container GPU slices, or a refusal with reasons.
 
     `devices` follows the pod's container order (init containers first, GPU-less containers as
-    empty tuples), ready for `hami_common.pod_devices.encode`. `failed` maps the nodes that did
-    not fit to their reason text (filled when the engine was asked to explain).
+    empty tuples), ready for `hami_common.pod_devices.encode`. On a refusal, `failed` maps each
+    candidate node to its reason text and `message` sums them up (kube-scheduler style).
     """
 
     node: Optional[str]

@@ -9,6 +9,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from hami_control.placement.capacity import CapacityIndex
 from hami_control.placement.model import Device, Node, PlacementError
 
 
@@ -19,7 +20,7 @@ class Reservation:
     pod: str
     node: str
     devices: tuple
-    init_count: int = 0
+    init_positions: frozenset = frozenset()   # containers that end before the others start
     cpu_milli: int = 0
     memory_mib: int = 0
 
@@ -32,7 +33,7 @@ class Reservation:
         regular, init = {}, {}
         for position, ctr in enumerate(self.devices):
             for d in ctr:
-                if position < self.init_count:
+                if position in self.init_positions:
                     s, m, c = init.get(d.uuid, (0, 0, 0))
                     init[d.uuid] = (1, max(m, d.usedmem), max(c, d.usedcores))
                 else:
@@ -47,8 +48,9 @@ class Reservation:
     def of(cls, request, decision) -> "Reservation":
         """What a pod takes once the decision for it is applied."""
         return cls(pod=request.key, node=decision.node, devices=decision.devices,
-                   init_count=request.init_count, cpu_milli=request.cpu_milli,
-                   memory_mib=request.memory_mib)
+                   init_positions=frozenset(i for i, c in enumerate(request.containers)
+                                            if c.init),
+                   cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
 
 
 class ClusterView:
@@ -60,6 +62,7 @@ class ClusterView:
         self._reservations: dict = {}
         self._by_node: dict = {}          # node name -> set of pod keys
         self.versions = np.zeros(0, dtype=np.int64)
+        self.capacity = CapacityIndex([])
         self.epoch = 0                    # bumped when nodes come or go (positions change)
         self.caches: dict = {}            # owned by the engine; reset with the epoch
         self._static_cache = None
@@ -84,6 +87,7 @@ class ClusterView:
             self.nodes[old.position] = node
             self._by_name[name] = node
             self.versions[node.position] = node.version
+            self.capacity.update(node)
             self.epoch += 1               # the GPU inventory may have changed
             self.caches.clear()
         else:
@@ -104,12 +108,18 @@ class ClusterView:
         for position, node in enumerate(self.nodes):
             node.position = position
         self.versions = np.array([n.version for n in self.nodes], dtype=np.int64)
+        self.capacity = CapacityIndex(self.nodes)
         self.epoch += 1
         self.caches.clear()
 
     def gpus_by_type(self) -> dict:
         """Registered GPUs per lower-case type name (cached until nodes come or go)."""
         return self._static()[0]
+
+    def node_shapes(self) -> dict:
+        """{(cpu capacity, memory capacity, GPU types): number of nodes} (cached like above);
+        capacities are infinite when a node does not report them."""
+        return self._static()[2]
 
     def largest(self) -> tuple:
         """(most millicores, most GPUs x 1000) of any node (cached until nodes come or go)."""
@@ -123,12 +133,19 @@ class ClusterView:
                     types[dev.type_lower] = types.get(dev.type_lower, 0) + 1
             largest = (max((n.cpu_capacity or 0 for n in self.nodes), default=0),
                        max((len(n.devices) * 1000 for n in self.nodes), default=0) or 1000)
-            self._static_cache = (self.epoch, (types, largest))
+            shapes = {}
+            for node in self.nodes:
+                shape = (float("inf") if node.cpu_capacity is None else node.cpu_capacity,
+                         float("inf") if node.mem_capacity is None else node.mem_capacity,
+                         tuple(sorted(d.type_lower for d in node.devices)))
+                shapes[shape] = shapes.get(shape, 0) + 1
+            self._static_cache = (self.epoch, (types, largest, shapes))
         return self._static_cache[1]
 
     def _touch(self, node: Node) -> None:
         node.version += 1
         self.versions[node.position] = node.version
+        self.capacity.update(node)
 
     # --- reservations --------------------------------------------------------------------
     def reservation(self, pod: str) -> Optional[Reservation]:

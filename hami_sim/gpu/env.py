@@ -3,7 +3,8 @@
 The simulated libcuda.so.1 / libnvidia-ml.so.1 are found by soname through LD_LIBRARY_PATH,
 exactly as cuda-python and pynvml find the real ones. Configuration is read by the libraries:
 HAMI_SIM_GPUS (devices), HAMI_SIM_STATE (shared state directory), HAMI_SIM_UUID_SEED (distinct
-UUIDs for several simulated nodes), HAMI_SIM_CTX_OVERHEAD (device memory per context).
+UUIDs for several simulated nodes), HAMI_SIM_CTX_OVERHEAD (device memory per context),
+HAMI_SIM_VISIBLE_DEVICES (the devices a container runtime exposes).
 """
 import os
 from pathlib import Path
@@ -42,13 +43,16 @@ def _gpus_text(gpus: Union[str, Iterable[str]]) -> str:
 
 def sim_env(gpus: Union[str, Iterable[str], None] = None, state_dir: Union[str, Path, None] = None,
             base: Optional[Mapping[str, str]] = None, uuid_seed: Optional[str] = None,
-            ctx_overhead: Optional[str] = None) -> dict:
+            ctx_overhead: Optional[str] = None,
+            visible: Union[str, Iterable[Union[str, int]], None] = None) -> dict:
     """A copy of `base` (default os.environ) that runs a child against the simulated GPUs.
 
     gpus: HAMI_SIM_GPUS text or a list of device specs ("16g/108/NVIDIA A100-SXM4-40GB");
     None keeps what `base` says (or the libraries' default). The simulated library folder
     goes first on LD_LIBRARY_PATH. Other arguments set HAMI_SIM_STATE, HAMI_SIM_UUID_SEED
-    and HAMI_SIM_CTX_OVERHEAD when given.
+    and HAMI_SIM_CTX_OVERHEAD when given. visible: the devices a container runtime would
+    expose (indices or UUIDs, as text or a list) -> HAMI_SIM_VISIBLE_DEVICES; both simulated
+    libraries then see only those, renumbered from 0.
     """
     env = dict(os.environ if base is None else base)
     libs = str(lib_dir())
@@ -62,6 +66,9 @@ def sim_env(gpus: Union[str, Iterable[str], None] = None, state_dir: Union[str, 
         env["HAMI_SIM_UUID_SEED"] = uuid_seed
     if ctx_overhead is not None:
         env["HAMI_SIM_CTX_OVERHEAD"] = ctx_overhead
+    if visible is not None:
+        env["HAMI_SIM_VISIBLE_DEVICES"] = (visible if isinstance(visible, str)
+                                           else ",".join(str(v) for v in visible))
     return env
 
 

@@ -5,7 +5,9 @@ The Placer is the seam between the replay and what places: in-process here (pod 
 parse_pod -> Engine -> reserve), over HTTP (webhook, filter, bind against hami-control) for a
 later `--http` mode.
 """
+import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
@@ -13,9 +15,6 @@ from hami_common.request import parse_pod
 from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
 from hami_control.placement.registry import PolicyRegistry
 from hami_control.placement.workload import PodClass, Workload, typical_classes
-
-import random
-from collections import Counter
 
 
 class Placer(Protocol):
@@ -43,7 +42,7 @@ def trace_workload(pods) -> Workload:
 class InProcessPlacer:
     """Pod dict -> request -> the placement engine -> reservation in the view."""
 
-    def __init__(self, view: ClusterView, policy: str, seed: int, pods, timed: bool = False):
+    def __init__(self, view: ClusterView, policy: str, seed: int, pods, timed: bool = True):
         rng = random.Random(seed)
         registry = PolicyRegistry(rng=rng, allow_baselines=True,
                                   fgd_workload=trace_workload(pods) if policy == "fgd" else None)
@@ -54,6 +53,7 @@ class InProcessPlacer:
         self.timed, self.durations = timed, []
 
     def place(self, pod: dict) -> Optional[str]:
+        """Parse, place, reserve; the node name or None."""
         start = time.perf_counter() if self.timed else 0.0
         request = parse_pod(pod)
         decision = self.engine.place(self.view, request)
@@ -82,16 +82,26 @@ class SeedResult:
 
 
 def allocation_curve(points, total_gpus: int, top: int = 130) -> list:
-    """Mean allocation % of the events whose arrived demand rounds to each whole percent (the
-    paper's read-out; a percent with no event borrows its neighbours within 1%)."""
-    buckets = {}
+    """Allocation % at each whole percent of arrived demand, the paper's read-out: the mean over
+    the events whose arrived demand rounds to that percent (or, if none, to a neighbour within
+    1%); where no event is that close (small clusters, large pods), the allocation after the
+    last event below that percent. None above the last event."""
+    buckets, steps = {}, []
     for arrived, allocated in points:
-        key = int(arrived * 100 / (total_gpus * 1000) + 0.5)
-        buckets.setdefault(key, []).append(allocated * 100 / (total_gpus * 1000))
-    curve = []
+        pct = arrived * 100 / (total_gpus * 1000)
+        buckets.setdefault(int(pct + 0.5), []).append(allocated * 100 / (total_gpus * 1000))
+        steps.append((pct, allocated * 100 / (total_gpus * 1000)))
+    last = steps[-1][0] if steps else -1
+    curve, i, below = [], 0, None
     for x in range(top + 1):
+        while i < len(steps) and steps[i][0] <= x:
+            below = steps[i][1]
+            i += 1
         values = buckets.get(x) or [v for k in (x - 1, x + 1) for v in buckets.get(k, [])]
-        curve.append(round(sum(values) / len(values), 4) if values else None)
+        if values:
+            curve.append(round(sum(values) / len(values), 4))
+        else:
+            curve.append(round(below, 4) if below is not None and x <= last else None)
     return curve
 
 

@@ -8,8 +8,12 @@ simulated driver removed, so they can never talk to the simulator by accident.
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIB = ROOT / "hami_node/shim/lib/libvgpu.so"
 
 SIM_VARS = ("HAMI_SIM_GPUS", "HAMI_SIM_STATE", "HAMI_SIM_UUID_SEED", "HAMI_SIM_CTX_OVERHEAD")
 
@@ -65,3 +69,11 @@ def pytest_collection_modifyitems(config, items):
 def real_gpu_env():
     """Environment for child processes that must reach the real driver."""
     return real_gpu_environment()
+
+
+@pytest.fixture(scope="session")
+def libvgpu():
+    """The built shim (builds the C libraries when missing: no pip needed)."""
+    if not LIB.is_file():
+        subprocess.run(["make", "-s", "-C", str(ROOT / "c")], check=True, timeout=600)
+    return LIB

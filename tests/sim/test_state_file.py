@@ -2,11 +2,11 @@
 import ctypes
 import json
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from hami_common.cmirror import compare_layout
 from hami_sim.gpu import state
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,20 +23,8 @@ def test_python_mirror_has_the_asserted_layout(struct, field, value):
 
 def test_every_field_matches_the_c_header(tmp_path):
     """Compiles a probe against sim_state.h printing each struct's size and field offsets."""
-    checks, expected = [], []
-    for struct, c_name in MIRRORS.items():
-        checks.append(f'printf("%zu\\n", sizeof(struct {c_name}));')
-        expected.append(ctypes.sizeof(struct))
-        for name, _ in struct._fields_:
-            checks.append(f'printf("%zu\\n", offsetof(struct {c_name}, {name}));')
-            expected.append(getattr(struct, name).offset)
-    probe = tmp_path / "probe.c"
-    probe.write_text('#include <stdio.h>\n#include "sim_state.h"\nint main(void) {\n'
-                     + "\n".join(checks) + "\nreturn 0;\n}\n")
-    subprocess.run(["cc", "-std=gnu11", "-Wall", "-Werror", f"-I{ROOT}/c/simgpu", str(probe),
-                    "-o", str(tmp_path / "probe")], check=True, timeout=60)
-    out = subprocess.run([str(tmp_path / "probe")], capture_output=True, text=True, check=True)
-    assert [int(v) for v in out.stdout.split()] == expected
+    from_c, from_python = compare_layout(MIRRORS, "sim_state.h", [ROOT / "c/simgpu"], tmp_path)
+    assert from_c == from_python
 
 
 ALLOC = '''

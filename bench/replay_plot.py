@@ -1,0 +1,82 @@
+"""Plot the GPU allocation ratio against arrived GPU demand, one line per policy, like the FGD
+paper's figures (PNG). Runs the in-process replay, or reads saved `hami-sim replay --json`
+outputs.
+
+    python bench/replay_plot.py --nodes NODES.csv --pods PODS.csv \\
+        [--policies random,bestfit,binpack,fgd,fragaware] [--seeds 42-51] [--out replay.png]
+    python bench/replay_plot.py --from-json fgd.txt fragaware.txt --out replay.png
+"""
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from hami_sim.replay.cli import parse_seeds, run_seeds, summarize  # noqa: E402
+
+
+def _summaries(args) -> list:
+    if args.from_json:
+        out = []
+        for path in args.from_json:
+            with open(path) as f:
+                out.append(json.loads(f.read().strip().splitlines()[-1]))
+        return out
+    if not (args.nodes and args.pods):
+        sys.exit("replay_plot: give --nodes and --pods, or --from-json files")
+    seeds = parse_seeds(args.seeds)
+    out = []
+    for policy in args.policies.split(","):
+        results = run_seeds(args.nodes, args.pods, policy, seeds, workers=args.workers)
+        ns = argparse.Namespace(policy=policy, nodes=args.nodes, pods=args.pods)
+        summary = summarize(ns, results, 0.0, 0)
+        print(f"{policy}: {summary['gpu_alloc_pct']:.2f}% at 100% arrived demand")
+        out.append(summary)
+    return out
+
+
+def plot(summaries, out: str, title: str) -> None:
+    """One line per policy: allocation % against arrived demand %, with the 100% mark."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in summaries:
+        xs = [x for x, y in enumerate(s["curve"]) if y is not None]
+        ys = [s["curve"][x] for x in xs]
+        ax.plot(xs, ys, label=f"{s['policy']} ({s['gpu_alloc_pct']:.2f}%)", linewidth=1.4)
+    ax.plot([0, 100], [0, 100], color="grey", linewidth=0.6, linestyle=":")
+    ax.axvline(100, color="grey", linewidth=0.6, linestyle="--")
+    ax.set_xlim(70, max(len(s["curve"]) for s in summaries) - 1)
+    ax.set_ylim(70, 100)
+    ax.set_xlabel("arrived GPU demand (% of cluster GPUs)")
+    ax.set_ylabel("GPU allocation ratio (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=130)
+    print(f"wrote {out}")
+
+
+def main(argv=None) -> int:
+    """Entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes")
+    parser.add_argument("--pods")
+    parser.add_argument("--policies", default="random,bestfit,binpack,fgd,fragaware")
+    parser.add_argument("--seeds", default="42-51")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--from-json", nargs="*")
+    parser.add_argument("--out", default="replay.png")
+    parser.add_argument("--title", default="")
+    args = parser.parse_args(argv)
+    summaries = _summaries(args)
+    title = args.title or os.path.basename(args.pods or summaries[0].get("pods_file", ""))
+    plot(summaries, args.out, title)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+/* Load for the compute limiter's benchmark and tests (bench/throttle_accuracy.py,
+ * tests/shim/test_compute_*.py): a C program linked with -lcuda against the simulated driver
+ * and run under the shim, so that Python's call overhead does not shape the load.
+ *
+ *   throttle_worker MODE SECONDS [DEVICE [THREADS]]
+ *
+ *   batch    batches of 20 kernels of 100 us on a stream, three batches in flight
+ *   long     kernels of 20 ms, three in flight
+ *   sync     one kernel of 4 ms, then cuStreamSynchronize, again and again
+ *   graph    a captured graph of 10 kernels of 100 us, launched with three in flight
+ *   routes   batches of 8 kernels of 100 us, each batch through the next launch entry point:
+ *            cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchKernelEx, cuLaunchKernelEx_ptsz,
+ *            cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz, then a graph of 8
+ *            through cuGraphLaunch and cuGraphLaunch_ptsz
+ *   threads  THREADS threads (default 4), each with its own stream, batches of 10 x 100 us
+ *
+ * Prints "ready" once set up (context, module, stream, graph), works for SECONDS or until
+ * SIGTERM, then prints one JSON line: kernels launched and their device time in ns.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hami_cuda.h"
+
+#define US 1000ULL
+#define MS 1000000ULL
+
+struct job {
+    CUcontext ctx;
+    CUfunction f;
+    const char *mode;
+    long kernels;
+    uint64_t work_ns;
+};
+
+static volatile sig_atomic_t stopping;
+static double deadline;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static int over(void) { return stopping || now_s() >= deadline; }
+
+static void on_term(int sig)
+{
+    (void)sig;
+    stopping = 1;
+}
+
+static void must(CUresult rc, const char *what)
+{
+    if (rc != CUDA_SUCCESS) {
+        fprintf(stderr, "throttle_worker: %s failed: %d\n", what, (int)rc);
+        exit(3);
+    }
+}
+
+/* One spin kernel of `ns` through launch entry point `route` (0..5, see the header). */
+static CUresult spin(CUfunction f, CUstream s, uint64_t ns, int route)
+{
+    void *params[] = {&ns};
+    CUlaunchConfig c = {1, 1, 1, 1, 1, 1, 0, s, NULL, 0};
+    switch (route) {
+    case 1: return cuLaunchKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+    case 2: return cuLaunchKernelEx(&c, f, params, NULL);
+    case 3: return cuLaunchKernelEx_ptsz(&c, f, params, NULL);
+    case 4: return cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params);
+    case 5: return cuLaunchCooperativeKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, s, params);
+    default: return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, NULL);
+    }
+}
+
+static CUgraphExec capture(CUfunction f, CUstream s, int kernels, uint64_t ns)
+{
+    CUgraph g;
+    CUgraphExec exec;
+    must(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+    for (int i = 0; i < kernels; i++)
+        must(spin(f, s, ns, 0), "a captured launch");
+    must(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+    must(cuGraphInstantiateWithFlags(&exec, g, 0), "cuGraphInstantiate");
+    return exec;
+}
+
+/* One unit of work of a mode (unit k); returns the kernels it queued. */
+struct unit {
+    CUfunction f;
+    CUstream s;
+    CUgraphExec graph;
+    int kernels;
+    uint64_t ns;
+    int rotate; /* routes: the entry point changes with every unit */
+};
+
+static int submit(const struct unit *u, long k)
+{
+    int route = u->rotate ? (int)(k % 8) : 0;
+    if (u->graph && (!u->rotate || route >= 6)) {
+        must(route == 7 ? cuGraphLaunch_ptsz(u->graph, u->s) : cuGraphLaunch(u->graph, u->s),
+             "cuGraphLaunch");
+        return u->kernels;
+    }
+    for (int i = 0; i < u->kernels; i++)
+        must(spin(u->f, u->s, u->ns, route), "a launch");
+    return u->kernels;
+}
+
+/* Submits units with DEPTH in flight (after queueing unit k, waits for unit k - DEPTH + 1),
+ * so the device has work queued even when this process wakes late on a busy machine. */
+#define DEPTH 3
+static void pipeline(struct job *job, const struct unit *u)
+{
+    CUevent ev[DEPTH];
+    for (int i = 0; i < DEPTH; i++)
+        must(cuEventCreate(&ev[i], 0), "cuEventCreate");
+    for (long k = 0; !over(); k++) {
+        job->kernels += submit(u, k);
+        job->work_ns += (uint64_t)u->kernels * u->ns;
+        must(cuEventRecord(ev[k % DEPTH], u->s), "cuEventRecord");
+        if (k >= DEPTH - 1)
+            must(cuEventSynchronize(ev[(k + 1) % DEPTH]), "cuEventSynchronize");
+    }
+    for (int i = 0; i < DEPTH; i++)
+        cuEventSynchronize(ev[i]);
+}
+
+static void *run(void *arg)
+{
+    struct job *job = arg;
+    struct unit u = {job->f, NULL, NULL, 20, 100 * US, 0};
+    must(cuCtxSetCurrent(job->ctx), "cuCtxSetCurrent");
+    must(cuStreamCreate(&u.s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    if (strcmp(job->mode, "sync") == 0) {
+        while (!over()) {
+            must(spin(job->f, u.s, 4 * MS, 0), "a launch");
+            must(cuStreamSynchronize(u.s), "cuStreamSynchronize");
+            job->kernels++;
+            job->work_ns += 4 * MS;
+        }
+        return NULL;
+    }
+    if (strcmp(job->mode, "long") == 0)
+        u.kernels = 1, u.ns = 20 * MS;
+    else if (strcmp(job->mode, "threads") == 0)
+        u.kernels = 10;
+    else if (strcmp(job->mode, "graph") == 0)
+        u.kernels = 10, u.graph = capture(job->f, u.s, 10, u.ns);
+    else if (strcmp(job->mode, "routes") == 0)
+        u.kernels = 8, u.rotate = 1, u.graph = capture(job->f, u.s, 8, u.ns);
+    else if (strcmp(job->mode, "batch") != 0) {
+        fprintf(stderr, "throttle_worker: unknown mode %s\n", job->mode);
+        exit(2);
+    }
+    pipeline(job, &u);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: throttle_worker MODE SECONDS [DEVICE [THREADS]]\n");
+        return 2;
+    }
+    int device = argc > 3 ? atoi(argv[3]) : 0, threads = argc > 4 ? atoi(argv[4]) : 4;
+    if (strcmp(argv[1], "threads") != 0)
+        threads = 1;
+    threads = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+    signal(SIGTERM, on_term);
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction f;
+    must(cuInit(0), "cuInit");
+    must(cuDeviceGet(&dev, device), "cuDeviceGet");
+    must(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    must(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    must(cuModuleLoadData(&mod, "spin"), "cuModuleLoadData");
+    must(cuModuleGetFunction(&f, mod, "spin"), "cuModuleGetFunction");
+    printf("ready\n");
+    fflush(stdout);
+    double start = now_s();
+    deadline = start + atof(argv[2]);
+    struct job jobs[64];
+    pthread_t tids[64];
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = (struct job){ctx, f, argv[1], 0, 0};
+        pthread_create(&tids[t], NULL, run, &jobs[t]);
+    }
+    long kernels = 0;
+    uint64_t work = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(tids[t], NULL);
+        kernels += jobs[t].kernels;
+        work += jobs[t].work_ns;
+    }
+    printf("{\"kernels\": %ld, \"work_ns\": %llu, \"seconds\": %.3f}\n", kernels,
+           (unsigned long long)work, now_s() - start);
+    return 0;
+}

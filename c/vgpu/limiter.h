@@ -1,0 +1,127 @@
+/* The compute limiter: CUDA_DEVICE_SM_LIMIT(_<i>) as a share of device time.
+ *
+ * What the limit means: a container limited to L% gets at most L% of the GPU's time, measured
+ * over a window, whether it is alone on the GPU or not, and close to L% when it has the work.
+ *
+ * Pieces (one file each):
+ *   bucket.c   the container's budget in the shared file: a token bucket in device time kept
+ *              as one GCRA "theoretical arrival time" per device record, refilled at L% of
+ *              wall time, updated with compare-and-swap only (no lock a killed process could
+ *              hold; a dead process's charges simply expire as time passes). Also the
+ *              figures hami-smi shows (achieved share per window, wake-ups).
+ *   costs.c    what a launch costs: per kernel signature (function, grid, block, device) or
+ *              per graph exec, the smallest of its last few measured durations (contention
+ *              can only make a measurement longer, never shorter).
+ *   measure.c  measuring: timing events recorded around sampled launches on the launch's
+ *              own stream, read back later without waiting (per thread, no helper thread).
+ *   cu_capture.c  stream capture: captured launches do not run, so they are not charged, and
+ *              no event is touched while any capture is active in the process.
+ *   limiter.c  the launch path: admit (wait for budget, charge the estimate, maybe start a
+ *              measurement) before the real launch, done (finish the measurement) after it.
+ *
+ * Nothing maps container PIDs to host PIDs: the limiter measures the container's own device
+ * time from inside the container.
+ *
+ * The seam (cu_launch.c): every launch hook (cuLaunchKernel, cuLaunchKernelEx,
+ * cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz variants, whichever route the
+ * application used) does
+ *
+ *     if (VGPU_UNLIKELY(vgpu_limiter_on)) {
+ *         rc = vgpu_limiter_admit(&launch, &ticket);   (may sleep)
+ *         rc = <the real launch>;
+ *         vgpu_limiter_done(&launch, &ticket, rc);
+ *     }
+ */
+#ifndef HAMI_VGPU_LIMITER_H
+#define HAMI_VGPU_LIMITER_H
+
+#include "vgpu.h"
+
+/* Credit the bucket can hold, in wall time: what a container may catch up on after it could
+ * not launch (its own synchronisation, another container's work ahead of it in the queue).
+ * Bounds the burst after idling to BURST * L / 100 of device time. */
+#define VGPU_LIMITER_BURST_NS 30000000LL
+/* A thread that finds the budget spent sleeps until this much credit exists again, so every
+ * sleep lasts at least this long: at most 1 s / 15 ms = 67 timed wake-ups per second per
+ * process (the target is 100), and 15 ms of credit at a time keeps the share smooth at 100 ms
+ * resolution. */
+#define VGPU_LIMITER_RESUME_NS 15000000LL
+/* Length of the windows over which the achieved share is reported. */
+#define VGPU_LIMITER_WINDOW_NS 1000000000LL
+
+enum vgpu_launch_kind { LAUNCH_KERNEL, LAUNCH_KERNEL_EX, LAUNCH_COOPERATIVE, LAUNCH_GRAPH };
+
+struct vgpu_launch {
+    enum vgpu_launch_kind kind;
+    int per_thread;          /* a _ptsz variant: stream 0 means the per-thread stream */
+    CUstream stream;
+    unsigned int grid[3];    /* blocks (0 for graphs) */
+    unsigned int block[3];   /* threads per block (0 for graphs) */
+    const void *code;        /* the CUfunction, or the CUgraphExec */
+};
+
+struct vgpu_sample;
+struct vgpu_cost;
+
+/* What admit decided, for done. */
+struct vgpu_ticket {
+    int rec;                    /* device record charged; -1: not limited */
+    int64_t charged_ns;         /* device time charged */
+    struct vgpu_sample *sample; /* measurement started, or NULL */
+};
+
+/* Non-zero when some device has an SM limit (0 < limit < 100) and the policy allows it. */
+extern int vgpu_limiter_on;
+/* Called once with the configuration, before any launch. */
+void vgpu_limiter_init(const struct vgpu_config *cfg);
+/* Before the real launch; may wait for budget. CUDA_SUCCESS to let the launch go. */
+CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket *ticket);
+/* After the real launch answered `rc`. */
+void vgpu_limiter_done(const struct vgpu_launch *launch, struct vgpu_ticket *ticket,
+                       CUresult rc);
+
+/* ---- bucket.c: the shared budget ---- */
+int64_t vgpu_now_ns(void);
+/* Sleeps (one sleeping thread per process, the others queue behind it) until the container
+ * has credit on this device; returns the time then. */
+int64_t vgpu_bucket_wait(struct vgpu_compute *c, int64_t now);
+/* Charges (or, negative, refunds) device time at `pct` percent for `launches` launches, and
+ * adds it to the container's and this process's figures. */
+void vgpu_bucket_charge(struct vgpu_compute *c, int64_t device_ns, uint32_t pct, int64_t now,
+                        int launches);
+
+/* ---- costs.c: estimates per signature ---- */
+/* The signature of a launch on a device record. */
+uint64_t vgpu_cost_key(const struct vgpu_launch *launch, int rec);
+/* The entry of a signature (added when new); NULL when the table is full. */
+struct vgpu_cost *vgpu_cost_of(uint64_t key);
+/* The estimate in ns, or -1 while the signature was never measured. */
+int64_t vgpu_cost_estimate(const struct vgpu_cost *c);
+/* Adds a measured duration; the estimate becomes the smallest of the recent ones. */
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
+
+/* ---- measure.c: timing events, per thread ---- */
+/* Called for each finished measurement: what was charged and what the events measured. */
+typedef void (*vgpu_measured_fn)(struct vgpu_cost *cost, int rec, int64_t charged_ns,
+                                 int unknown, int64_t measured_ns);
+/* Reads back finished measurements of this thread without waiting (at most a few). */
+void vgpu_measure_drain(vgpu_measured_fn done);
+/* Waits for this thread's measurement of `cost` if one is in flight (then drains); 1 if it
+ * waited. Used so that a never-measured kernel is not launched many times unpriced. */
+int vgpu_measure_settle(const struct vgpu_cost *cost, vgpu_measured_fn done);
+/* Whether this thread should sample a launch whose cost is known (time-based). */
+int vgpu_measure_due(int64_t now);
+/* Records the start event on the launch's stream; NULL when no measurement can start. */
+struct vgpu_sample *vgpu_measure_begin(const struct vgpu_launch *launch, struct vgpu_cost *cost,
+                                       int rec, int64_t charged_ns, int unknown,
+                                       vgpu_measured_fn done);
+/* Records the end event after a successful launch, or abandons the measurement. */
+void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, int launched);
+
+/* ---- cu_capture.c: stream capture ---- */
+/* Non-zero while some stream of this process may be capturing. */
+int vgpu_capture_active(void);
+/* Whether a launch on this stream would be captured instead of run (errors count as yes). */
+int vgpu_stream_captures(CUstream stream, int per_thread);
+
+#endif /* HAMI_VGPU_LIMITER_H */

@@ -1,0 +1,198 @@
+/* Measuring launches with timing events, on the launch's own stream, per thread.
+ *
+ * A measured launch is bracketed by two events recorded on its stream; they complete when the
+ * device reaches them, so their difference is the device time of the launch (plus whatever
+ * else held the device between them, which costs.c's minimum filters out). Results are read
+ * back later without waiting (cuEventQuery on the oldest measurement at each launch), so the
+ * application never waits for them, except in two bounded cases: a signature never measured
+ * yet is settled before it is launched again unpriced (measure_settle), and a thread with
+ * RING measurements in flight that must measure waits for its oldest.
+ *
+ * Which launches: every launch whose cost is unknown, and otherwise at most one launch per
+ * SAMPLE_EVERY_NS per thread (so sampling costs little however fast the application launches).
+ * Each thread has its own ring of events (created in the thread's current context, recreated
+ * when the context changes, destroyed when the thread exits): no locks, no helper thread.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "limiter.h"
+
+#define RING 16
+#define SAMPLE_EVERY_NS 5000000LL
+
+enum { SAMPLE_FREE, SAMPLE_STARTED, SAMPLE_RECORDED, SAMPLE_CONSUMED };
+
+struct vgpu_sample {
+    CUevent start, end;
+    CUcontext ctx; /* the context the events belong to */
+    struct vgpu_cost *cost;
+    int rec, unknown, state;
+    int64_t charged_ns;
+};
+
+struct ring {
+    struct vgpu_sample s[RING];
+    unsigned head, count; /* oldest first */
+    int64_t next_due_ns;
+};
+
+static __thread struct ring *mine;
+static pthread_key_t ring_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+static void destroy_events(struct vgpu_sample *s)
+{
+    if (s->start)
+        CALL_CU(cuEventDestroy_v2, s->start);
+    if (s->end)
+        CALL_CU(cuEventDestroy_v2, s->end);
+    s->start = s->end = NULL;
+}
+
+static void free_ring(void *p)
+{
+    struct ring *r = p;
+    for (int i = 0; i < RING; i++)
+        destroy_events(&r->s[i]);
+    free(r);
+}
+
+static void make_key(void) { pthread_key_create(&ring_key, free_ring); }
+
+/* A fork() child starts without measurements: its parent's events are not its own. */
+static void forget_ring(void) { mine = NULL; }
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, forget_ring);
+}
+
+static struct ring *ring(void)
+{
+    if (VGPU_UNLIKELY(!mine)) {
+        pthread_once(&key_once, make_key);
+        mine = calloc(1, sizeof *mine);
+        if (mine)
+            pthread_setspecific(ring_key, mine);
+    }
+    return mine;
+}
+
+static CUresult record(CUevent e, const struct vgpu_launch *launch)
+{
+    return launch->per_thread ? CALL_CU(cuEventRecord_ptsz, e, launch->stream)
+                              : CALL_CU(cuEventRecord, e, launch->stream);
+}
+
+/* Reports a finished measurement (the events are complete) and marks it consumed. */
+static void report(struct vgpu_sample *s, vgpu_measured_fn done)
+{
+    float ms = 0;
+    if (CALL_CU(cuEventElapsedTime, &ms, s->start, s->end) == CUDA_SUCCESS && ms >= 0)
+        done(s->cost, s->rec, s->charged_ns, s->unknown, (int64_t)((double)ms * 1e6 + 0.5));
+    s->state = SAMPLE_CONSUMED;
+}
+
+static void pop(struct ring *r)
+{
+    r->s[r->head].state = SAMPLE_FREE;
+    r->head = (r->head + 1) % RING;
+    r->count--;
+}
+
+void vgpu_measure_drain(vgpu_measured_fn done)
+{
+    struct ring *r = mine;
+    for (int k = 0; r && r->count && k < 4; k++) {
+        struct vgpu_sample *s = &r->s[r->head];
+        if (s->state == SAMPLE_RECORDED) {
+            CUresult q = CALL_CU(cuEventQuery, s->end);
+            if (q == CUDA_ERROR_NOT_READY)
+                break;
+            if (q == CUDA_SUCCESS)
+                report(s, done);
+        }
+        pop(r); /* consumed, abandoned, or an event error: nothing more to learn */
+    }
+}
+
+/* Waits for one recorded measurement and reports it (out of order if need be). */
+static void settle(struct vgpu_sample *s, vgpu_measured_fn done)
+{
+    if (CALL_CU(cuEventSynchronize, s->end) == CUDA_SUCCESS)
+        report(s, done);
+    else
+        s->state = SAMPLE_CONSUMED;
+}
+
+int vgpu_measure_settle(const struct vgpu_cost *cost, vgpu_measured_fn done)
+{
+    struct ring *r = mine;
+    for (unsigned k = 0; r && k < r->count; k++) {
+        struct vgpu_sample *s = &r->s[(r->head + k) % RING];
+        if (s->state == SAMPLE_RECORDED && s->cost == cost) {
+            settle(s, done);
+            vgpu_measure_drain(done);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int vgpu_measure_due(int64_t now)
+{
+    struct ring *r = mine;
+    return !r || now >= r->next_due_ns;
+}
+
+/* The sample's events, (re)created in the current context when needed. */
+static int ready_events(struct vgpu_sample *s)
+{
+    CUcontext ctx = NULL;
+    if (CALL_CU(cuCtxGetCurrent, &ctx) != CUDA_SUCCESS || !ctx)
+        return -1;
+    if (s->ctx == ctx && s->start && s->end)
+        return 0;
+    destroy_events(s);
+    s->ctx = ctx;
+    if (CALL_CU(cuEventCreate, &s->start, 0) != CUDA_SUCCESS ||
+        CALL_CU(cuEventCreate, &s->end, 0) != CUDA_SUCCESS) {
+        destroy_events(s);
+        return -1;
+    }
+    return 0;
+}
+
+struct vgpu_sample *vgpu_measure_begin(const struct vgpu_launch *launch, struct vgpu_cost *cost,
+                                       int rec, int64_t charged_ns, int unknown,
+                                       vgpu_measured_fn done)
+{
+    struct ring *r = ring();
+    if (!r)
+        return NULL;
+    if (r->count == RING && unknown) { /* must measure: make room */
+        struct vgpu_sample *oldest = &r->s[r->head];
+        if (oldest->state == SAMPLE_RECORDED)
+            settle(oldest, done);
+        vgpu_measure_drain(done);
+    }
+    if (r->count == RING)
+        return NULL;
+    struct vgpu_sample *s = &r->s[(r->head + r->count) % RING];
+    if (ready_events(s) < 0 || record(s->start, launch) != CUDA_SUCCESS)
+        return NULL;
+    s->cost = cost;
+    s->rec = rec;
+    s->unknown = unknown;
+    s->charged_ns = charged_ns;
+    s->state = SAMPLE_STARTED;
+    r->count++;
+    r->next_due_ns = vgpu_now_ns() + SAMPLE_EVERY_NS;
+    return s;
+}
+
+void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, int launched)
+{
+    s->state = launched && record(s->end, launch) == CUDA_SUCCESS ? SAMPLE_RECORDED
+                                                                  : SAMPLE_CONSUMED;
+}

@@ -1,0 +1,108 @@
+"""Building the cluster view from what the cluster publishes: nodes' register annotations and
+pods' `vgpu-devices-allocated`. A node or pod whose annotation cannot be read is reported and
+left out; it never stops the rest of the view from being built."""
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from hami_common import constants as C
+from hami_common import node_register, pod_devices
+from hami_common.errors import HamiFormatError, RequestError
+from hami_common.quantity import cpu_millis, memory_mib
+from hami_common.request import parse_pod
+from hami_control.placement.model import PlacementError
+from hami_control.placement.view import ClusterView, Reservation
+
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class NodeRegistration:
+    """What a node object says about its GPUs (and its CPU and memory, for resource fit)."""
+
+    name: str
+    devices: tuple
+    cordoned: frozenset = frozenset()
+    cpu_milli: Optional[int] = None
+    memory_mib: Optional[int] = None
+
+
+def node_registration(node: Mapping, resource_fit: bool = False) -> Optional[NodeRegistration]:
+    """The registration of a v1.Node dict; None if it registers no GPUs; HamiFormatError if its
+    annotation is malformed."""
+    meta = node.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    value = annotations.get(C.ANNO_NODE_REGISTER)
+    if not value:
+        return None
+    name = str(meta.get("name") or "")
+    try:
+        devices = tuple(node_register.decode(value))
+    except HamiFormatError as e:
+        raise HamiFormatError(f"node {name}: {C.ANNO_NODE_REGISTER}: {e}") from e
+    cordoned = frozenset(u.strip() for u in annotations.get(C.ANNO_DEVICE_CORDON, "").split(",")
+                         if u.strip())
+    cpu = mem = None
+    if resource_fit:
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        try:
+            cpu = cpu_millis(allocatable["cpu"]) if "cpu" in allocatable else None
+            mem = memory_mib(allocatable["memory"]) if "memory" in allocatable else None
+        except HamiFormatError as e:
+            raise HamiFormatError(f"node {name}: status.allocatable: {e}") from e
+    return NodeRegistration(name, devices, cordoned, cpu, mem)
+
+
+def pod_reservation(pod: Mapping, resource_fit: bool = False) -> Optional[Reservation]:
+    """What a placed pod holds, from its `vgpu-devices-allocated`; None if it holds nothing
+    (no annotation, not placed, or finished)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+        return None
+    annotations = meta.get("annotations") or {}
+    node = spec.get("nodeName") or annotations.get(C.ANNO_VGPU_NODE)
+    value = annotations.get(C.ANNO_DEVICES_ALLOCATED)
+    if not node or not value:
+        return None
+    key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    try:
+        devices = pod_devices.decode(value)
+    except HamiFormatError as e:
+        raise HamiFormatError(f"pod {key}: {C.ANNO_DEVICES_ALLOCATED}: {e}") from e
+    inits = spec.get("initContainers") or []
+    init_positions = frozenset(i for i, c in enumerate(inits)
+                               if isinstance(c, Mapping) and c.get("restartPolicy") != "Always")
+    cpu = mem = 0
+    if resource_fit:
+        try:
+            request = parse_pod(pod)
+        except RequestError as e:
+            raise HamiFormatError(f"pod {key}: {e}") from e
+        cpu, mem = request.cpu_milli, request.memory_mib
+    return Reservation(key, node, devices, init_positions, cpu, mem)
+
+
+def _readable(objects, read, resource_fit: bool, problems: list):
+    """The non-None results of `read` over the objects; failures go to `problems`."""
+    for obj in objects:
+        try:
+            item = read(obj, resource_fit)
+        except HamiFormatError as e:
+            problems.append(str(e))
+            continue
+        if item is not None:
+            yield item
+
+
+def build_view(nodes: Iterable[Mapping], pods: Iterable[Mapping],
+               resource_fit: bool = False) -> tuple:
+    """(ClusterView, problems): the view of the nodes and pods, and one message per object that
+    had to be left out."""
+    view, problems = ClusterView(), []
+    for reg in _readable(nodes, node_registration, resource_fit, problems):
+        view.upsert_node(reg.name, reg.devices, reg.cpu_milli, reg.memory_mib, reg.cordoned)
+    for reservation in _readable(pods, pod_reservation, resource_fit, problems):
+        try:
+            view.reserve(reservation)
+        except PlacementError as e:
+            problems.append(str(e))
+    return view, problems

@@ -1,0 +1,139 @@
+"""NodeAgent: every part of hami-node wired together, with production defaults for each
+boundary (NVML, the Kubernetes client, systemd) and the option to inject them."""
+import threading
+from pathlib import Path
+from typing import Callable, Optional
+
+from hami_node.plugin.allocate import Limits
+from hami_node.plugin.allocator import Allocator
+from hami_node.plugin.backend import DeviceBackend
+from hami_node.plugin.cluster import ClusterApi
+from hami_node.plugin.config import NodeConfig
+from hami_node.plugin.devices import DeviceTable, select_gpus
+from hami_node.plugin.errors import NodeAgentError
+from hami_node.plugin.health import HealthMonitor
+from hami_node.plugin.layout import HostLayout
+from hami_node.plugin.metrics import AgentMetrics, NodeCollector, UsageReader, serve
+from hami_node.plugin.publisher import NodePublisher
+from hami_node.plugin.registration import PluginServer
+from hami_node.plugin.sdnotify import Notifier
+from hami_node.plugin.service import DevicePluginService
+
+
+def endpoint_name(resource: str) -> str:
+    """Our socket's file name in the plugin directory, e.g. hami-nvidia.com-gpu.sock."""
+    return "hami-" + resource.replace("/", "-") + ".sock"
+
+
+class NodeAgent:
+    """hami-node for one node: start(), run(stop_event), stop()."""
+
+    def __init__(self, config: NodeConfig, *, backend: Optional[DeviceBackend] = None,
+                 cluster: Optional[ClusterApi] = None, notifier: Optional[Notifier] = None,
+                 usage_reader: Optional[UsageReader] = None,
+                 log: Callable[[str], None] = print):
+        self.config, self.log = config, log
+        if backend is None:
+            from hami_node.plugin.nvml import NvmlBackend
+            backend = NvmlBackend()
+        if cluster is None:
+            from hami_node.plugin.cluster import connect
+            cluster = connect(config.kubeconfig)
+        self.backend, self.cluster = backend, cluster
+        self.notifier = notifier or Notifier()
+        self.usage_reader = usage_reader
+        self.metrics = AgentMetrics()
+        self.metrics_url = ""
+        self.layout = HostLayout(Path(config.shim_host_dir))
+        self._parts = []
+        self._http = None
+
+    def _table(self) -> DeviceTable:
+        gpus, unmatched = select_gpus(self.backend.discover(), self.config.exclude_devices)
+        for entry in unmatched:
+            self.log(f"excludeDevices entry {entry!r} matches no GPU on this node (UUID or "
+                     "index expected)")
+        if not gpus:
+            self.log("no GPU to advertise on this node; serving an empty device list")
+        for gpu in gpus:
+            self.log(f"GPU {gpu.index}: {gpu.uuid} {gpu.name}, {gpu.memory_mib} MiB, NUMA "
+                     f"{gpu.numa}")
+        return DeviceTable(gpus, self.config.device_split_count)
+
+    def _limits(self) -> Limits:
+        c = self.config
+        return Limits(split=c.device_split_count, memory_scaling=c.device_memory_scaling,
+                      default_memory=c.default_memory, default_cores=c.default_cores,
+                      disable_core_limit=c.disable_core_limit, resource=c.resource_name)
+
+    def _serve_metrics(self, table: DeviceTable) -> None:
+        if not self.config.metrics_address:
+            return
+        from hami_node.plugin.metrics import no_usage
+        self.metrics.registry.register(NodeCollector(
+            self.config.node_name, self.backend, table, self.layout,
+            self.usage_reader or no_usage))
+        try:
+            self._http, port = serve(self.metrics.registry, self.config.metrics_address)
+        except OSError as e:
+            raise NodeAgentError(f"metricsAddress {self.config.metrics_address}: cannot listen "
+                                 f"({e.strerror}); pick another port or set it empty") from e
+        host = self.config.metrics_address.rpartition(":")[0] or "0.0.0.0"
+        self.metrics_url = f"http://{host}:{port}/metrics"
+
+    def start(self) -> "NodeAgent":
+        """Discovers the GPUs and starts every part; NodeAgentError when it cannot."""
+        c = self.config
+        try:
+            self.layout.containers.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise NodeAgentError(f"shimHostDir {c.shim_host_dir}: cannot create "
+                                 f"{self.layout.containers} ({e.strerror})") from e
+        self.table = table = self._table()
+        self._serve_metrics(table)
+        self.health = HealthMonitor(self.backend, table, c.ignored_xids,
+                                    c.health_recovery_seconds, log=self.log,
+                                    on_xid=self.metrics.observe_xid).start()
+        self.allocator = Allocator(self.cluster, table, c.node_name, self._limits(), self.layout,
+                                   log=self.log, observe=self.metrics.observe_allocate)
+        self.service = DevicePluginService(table, self.allocator, log=self.log)
+        self.server = PluginServer(c.device_plugin_dir, endpoint_name(c.resource_name),
+                                   c.resource_name, self.service, log=self.log,
+                                   on_register=self.metrics.registrations.inc).start()
+        self.publisher = NodePublisher(
+            self.cluster, table, c.node_name, c.device_memory_scaling, c.device_core_scaling,
+            c.annotation_interval, layout=self.layout,
+            housekeeping=self.allocator.release_stale_lock, log=self.log,
+            on_patch=self.metrics.annotation_patches.inc).start()
+        self._parts = [("health monitor", self.health), ("kubelet registration", self.server),
+                       ("node annotation publisher", self.publisher)]
+        self.metrics.up.set(1)
+        self.notifier.ready(f"serving {len(table.gpus)} GPU(s) x {c.device_split_count}")
+        return self
+
+    def dead_parts(self) -> list:
+        """Names of the parts whose thread stopped."""
+        return [name for name, part in self._parts if not part.alive()]
+
+    def run(self, stop: threading.Event) -> int:
+        """Pings the watchdog while every part runs; returns 1 as soon as one died."""
+        interval = min(1.0, self.notifier.watchdog_s / 2) if self.notifier.watchdog_s else 1.0
+        while not stop.wait(interval):
+            dead = self.dead_parts()
+            if dead:
+                self.log(f"internal failure: {', '.join(dead)} stopped; exiting so that the "
+                         "service manager restarts hami-node")
+                return 1
+            self.notifier.watchdog()
+        return 0
+
+    def stop(self) -> None:
+        """Stops every part (registration last to first), removing our socket."""
+        self.notifier.stopping()
+        self.metrics.up.set(0)
+        self.service.stopping.set()
+        for _, part in reversed(self._parts):
+            part.stop()
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()

@@ -1,0 +1,93 @@
+"""Where the shim's files live: on the host (configurable, default /usr/local/vgpu) and inside
+every container (fixed paths, which the preload file and the environment name).
+
+Host:                                        Container:
+  <host>/libvgpu.so -> libvgpu-<sha>.so        /usr/local/vgpu/libvgpu.so      (read-only)
+  <host>/ld.so.preload                         /etc/ld.so.preload              (read-only)
+  <host>/containers/<pod-uid>_<ctr>/           /usr/local/vgpu/shared/         (read-write)
+  <host>/containers/<pod-uid>_<ctr>.json       (not mounted: who the directory belongs to)
+"""
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+CONTAINER_DIR = "/usr/local/vgpu"
+CONTAINER_LIB = CONTAINER_DIR + "/libvgpu.so"
+CONTAINER_SHARED_DIR = CONTAINER_DIR + "/shared"
+CACHE_FILE = "vgpu.cache"
+CONTAINER_CACHE = CONTAINER_SHARED_DIR + "/" + CACHE_FILE
+PRELOAD_PATH = "/etc/ld.so.preload"
+LIB_NAME = "libvgpu.so"
+PRELOAD_NAME = "ld.so.preload"
+CONTAINERS = "containers"
+
+
+@dataclass(frozen=True)
+class HostLayout:
+    """The shim files under one host directory."""
+
+    root: Path
+
+    @property
+    def lib(self) -> Path:
+        """The stable name of the installed shim (a symlink to the current version)."""
+        return self.root / LIB_NAME
+
+    @property
+    def preload(self) -> Path:
+        """The file mounted at /etc/ld.so.preload."""
+        return self.root / PRELOAD_NAME
+
+    @property
+    def containers(self) -> Path:
+        """Parent of the per-container shared directories."""
+        return self.root / CONTAINERS
+
+    def container_dir(self, pod_uid: str, container: str) -> Path:
+        """One container's shared directory."""
+        return self.containers / f"{pod_uid}_{container}"
+
+    def container_meta(self, pod_uid: str, container: str) -> Path:
+        """Who one shared directory belongs to (read by the metrics)."""
+        return self.containers / f"{pod_uid}_{container}.json"
+
+
+def prepare_container(layout: HostLayout, pod_uid: str, container: str, meta: dict) -> Path:
+    """A fresh, world-writable shared directory for one container plus its metadata file.
+
+    World-writable because the container's processes may run as any user; the directory is
+    private to that container by the mount.
+    """
+    path = layout.container_dir(pod_uid, container)
+    layout.containers.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(path, ignore_errors=True)  # a leftover of an earlier Allocate of this pod
+    path.mkdir()
+    os.chmod(path, 0o777)
+    meta_path = layout.container_meta(pod_uid, container)
+    tmp = meta_path.with_name(meta_path.name + ".tmp")
+    tmp.write_text(json.dumps(meta, sort_keys=True))
+    os.replace(tmp, meta_path)
+    return path
+
+
+def remove_container(layout: HostLayout, pod_uid: str, container: str) -> None:
+    """Removes a container's shared directory and metadata (undo, or garbage collection)."""
+    shutil.rmtree(layout.container_dir(pod_uid, container), ignore_errors=True)
+    layout.container_meta(pod_uid, container).unlink(missing_ok=True)
+
+
+def read_container_metas(layout: HostLayout) -> list:
+    """Every container's metadata (dicts), skipping unreadable files."""
+    out = []
+    for path in sorted(layout.containers.glob("*.json")):
+        try:
+            meta = json.loads(path.read_text())
+            mtime = path.stat().st_mtime
+        except (OSError, ValueError):
+            continue  # being written, or removed meanwhile
+        if isinstance(meta, dict):
+            meta["_mtime"] = mtime
+            out.append(meta)
+    return out

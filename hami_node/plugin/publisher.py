@@ -1,0 +1,126 @@
+"""The node annotation publisher and the agent's periodic housekeeping.
+
+Every `interval` seconds, and at once when a GPU's health changes, it reads the Node and patches
+only what differs: `hami.io/node-nvidia-register` (HAMi's JSON list, health included) and the
+handshake (`Reported_<time>` in answer to the scheduler's `Requesting_<time>`). The same loop
+releases stale node locks and removes the shared directories of pods that left the node.
+"""
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Callable, Optional
+
+from hami_common import handshake, node_register
+from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_REGISTER
+from hami_common.errors import HamiFormatError
+from hami_node.plugin import layout as L
+from hami_node.plugin.cluster import ClusterApi
+from hami_node.plugin.devices import DeviceTable, register_entries
+from hami_node.plugin.errors import ClusterError
+
+ORPHAN_GRACE_S = 60.0   # a shared directory younger than this is never collected
+RETRY_S = 2.0           # after a failed publish, try again this soon
+
+
+def wants_answer(value: Optional[str]) -> bool:
+    """Whether the handshake annotation asks the agent to report (or has no report yet)."""
+    if not value:
+        return True
+    try:
+        return handshake.decode(value).state != handshake.REPORTED
+    except HamiFormatError:
+        return True
+
+
+class NodePublisher:
+    """Keeps the node's annotations in step with the DeviceTable."""
+
+    def __init__(self, cluster: ClusterApi, table: DeviceTable, node_name: str,
+                 memory_scaling: float, core_scaling: float, interval: float, *,
+                 layout: Optional[L.HostLayout] = None,
+                 housekeeping: Optional[Callable[[], None]] = None,
+                 clock: Callable[[], float] = time.time, log: Callable[[str], None] = print,
+                 on_patch: Optional[Callable[[], None]] = None):
+        self.cluster, self.table, self.node = cluster, table, node_name
+        self.scaling = (memory_scaling, core_scaling)
+        self.interval, self.layout = interval, layout
+        self.housekeeping = housekeeping or (lambda: None)
+        self.clock, self.log = clock, log
+        self.on_patch = on_patch or (lambda: None)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="publisher")
+
+    def desired(self) -> str:
+        """The register annotation for the current table."""
+        return node_register.encode(register_entries(self.table.states(), self.table.split,
+                                                     *self.scaling))
+
+    def publish(self) -> bool:
+        """One read-compare-patch; True when something was patched."""
+        node = self.cluster.get_node(self.node)
+        current = (node.get("metadata") or {}).get("annotations") or {}
+        patch = {}
+        want = self.desired()
+        if current.get(ANNO_NODE_REGISTER) != want:
+            patch[ANNO_NODE_REGISTER] = want
+        if wants_answer(current.get(ANNO_NODE_HANDSHAKE)):
+            when = datetime.fromtimestamp(self.clock(), timezone.utc)
+            patch[ANNO_NODE_HANDSHAKE] = handshake.encode(
+                handshake.Handshake(handshake.REPORTED, when))
+        if patch:
+            self.cluster.patch_node_annotations(self.node, patch)
+            self.on_patch()
+        return bool(patch)
+
+    def collect_orphans(self) -> int:
+        """Removes the shared directories of pods no longer on this node; returns how many."""
+        if self.layout is None:
+            return 0
+        metas = L.read_container_metas(self.layout)
+        if not metas:
+            return 0
+        present = {(p.get("metadata") or {}).get("uid")
+                   for p in self.cluster.list_node_pods(self.node)}
+        removed = 0
+        for meta in metas:
+            if meta.get("uid") not in present and \
+                    self.clock() - meta.get("_mtime", 0) > ORPHAN_GRACE_S:
+                L.remove_container(self.layout, str(meta.get("uid")), str(meta.get("container")))
+                removed += 1
+        return removed
+
+    def _tick(self) -> bool:
+        try:
+            self.publish()
+            self.housekeeping()
+            self.collect_orphans()
+            return True
+        except ClusterError as e:
+            self.log(f"node annotation refresh failed ({e}); retrying in {RETRY_S:g}s")
+            return False
+
+    def _run(self) -> None:
+        seen = self.table.version
+        while not self._stop.is_set():
+            ok = self._tick()
+            deadline = time.monotonic() + (self.interval if ok else RETRY_S)
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                version = self.table.wait_change(seen, min(0.5, self.interval))
+                if version != seen:
+                    seen = version
+                    break
+
+    def start(self) -> "NodePublisher":
+        """Publishes now and then periodically."""
+        self._thread.start()
+        return self
+
+    def alive(self) -> bool:
+        """Whether the loop runs."""
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stops the loop."""
+        self._stop.set()
+        self.table.wake()
+        self._thread.join(timeout=5)

@@ -1,0 +1,75 @@
+"""The DevicePlugin gRPC service: a thin adapter from kubelet's messages to DeviceTable and
+Allocator."""
+import threading
+from typing import Callable
+
+import grpc
+
+from hami_common.deviceplugin import HEALTHY, UNHEALTHY, api_pb2, api_pb2_grpc
+from hami_node.plugin.allocate import ContainerAnswer
+from hami_node.plugin.allocator import Allocator
+from hami_node.plugin.devices import DeviceTable
+from hami_node.plugin.errors import AllocationError, ClusterError
+
+STREAM_POLL_S = 0.5   # how often an idle ListAndWatch checks that kubelet is still listening
+
+
+def device_list(table: DeviceTable) -> api_pb2.ListAndWatchResponse:
+    """Every virtual device with its health and NUMA node."""
+    return api_pb2.ListAndWatchResponse(devices=[
+        api_pb2.Device(ID=vid, health=HEALTHY if healthy else UNHEALTHY,
+                       topology=api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=numa)]))
+        for vid, healthy, numa in table.virtual_devices()])
+
+
+def container_response(answer: ContainerAnswer) -> api_pb2.ContainerAllocateResponse:
+    """One ContainerAnswer as kubelet's message."""
+    return api_pb2.ContainerAllocateResponse(
+        envs=answer.envs,
+        mounts=[api_pb2.Mount(container_path=m.container_path, host_path=m.host_path,
+                              read_only=m.read_only) for m in answer.mounts],
+        devices=[api_pb2.DeviceSpec(container_path=d.container_path, host_path=d.host_path,
+                                    permissions=d.permissions) for d in answer.devices])
+
+
+class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
+    """kubelet's view of this node's GPUs."""
+
+    def __init__(self, table: DeviceTable, allocator: Allocator,
+                 log: Callable[[str], None] = print):
+        self.table, self.allocator, self.log = table, allocator, log
+        self.stopping = threading.Event()
+
+    def GetDevicePluginOptions(self, request, context):  # noqa: N802 (gRPC method names)
+        return api_pb2.DevicePluginOptions(pre_start_required=False,
+                                           get_preferred_allocation_available=True)
+
+    def ListAndWatch(self, request, context):  # noqa: N802
+        seen = -1
+        while context.is_active() and not self.stopping.is_set():
+            version = self.table.version
+            if version != seen:
+                seen = version
+                yield device_list(self.table)
+            self.table.wait_change(seen, STREAM_POLL_S)
+
+    def GetPreferredAllocation(self, request, context):  # noqa: N802
+        requests = [(list(r.available_deviceIDs), list(r.must_include_deviceIDs),
+                     r.allocation_size) for r in request.container_requests]
+        return api_pb2.PreferredAllocationResponse(container_responses=[
+            api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids)
+            for ids in self.allocator.preferred(requests)])
+
+    def Allocate(self, request, context):  # noqa: N802
+        requests = [list(r.devices_ids) for r in request.container_requests]
+        try:
+            answers = self.allocator.allocate(requests)
+        except AllocationError as e:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except ClusterError as e:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        return api_pb2.AllocateResponse(container_responses=[container_response(a)
+                                                             for a in answers])
+
+    def PreStartContainer(self, request, context):  # noqa: N802
+        return api_pb2.PreStartContainerResponse()

@@ -1,0 +1,159 @@
+"""`hami-sim replay`: replay a GPU-sharing trace through the placement engine.
+
+    hami-sim replay --nodes NODES.csv --pods PODS.csv [--seeds 42-51] [--policy NAME] [--json]
+
+Each seed shuffles the pod list, inflates it to 130% of the GPUs and places the pods one by one
+(no departures); the figure is the GPU allocation ratio when the arrived GPU demand reaches
+100% of the GPUs, averaged over the seeds. Seeds run in parallel worker processes.
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+
+from hami_control.placement.model import PlacementError
+from hami_control.placement.registry import BASELINE_POLICIES, SERVER_POLICIES
+from hami_sim.replay.arrivals import arrivals
+from hami_sim.replay.run import InProcessPlacer, cluster_view, replay
+from hami_sim.replay.trace import TraceError, load_nodes, load_pods
+
+POLICIES = SERVER_POLICIES + BASELINE_POLICIES
+
+
+def parse_seeds(text: str) -> list:
+    """"42-51" or "42,45,50" (or a mix) -> sorted distinct seeds."""
+    seeds = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        try:
+            first, last = int(low), int(high or low)
+        except ValueError as e:
+            raise ValueError(f"--seeds {text!r}: use numbers and ranges like 42-51 or 42,43") \
+                from e
+        if last < first:
+            raise ValueError(f"--seeds {text!r}: range {part} runs backwards")
+        seeds.update(range(first, last + 1))
+    if not seeds:
+        raise ValueError("--seeds is empty")
+    return sorted(seeds)
+
+
+def _arguments(argv) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="hami-sim replay", description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", required=True, help="node list CSV (sn,cpu_milli,memory_mib,"
+                        "gpu,model)")
+    parser.add_argument("--pods", required=True, help="pod list CSV (name,cpu_milli,memory_mib,"
+                        "num_gpu,gpu_milli[,gpu_spec])")
+    parser.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 42,43 "
+                        "(default 42-51)")
+    parser.add_argument("--policy", default="fragaware", choices=POLICIES,
+                        help="placement policy (default fragaware)")
+    parser.add_argument("--ratio", type=float, default=1.3,
+                        help="inflate arrivals to this multiple of the GPUs (default 1.3)")
+    parser.add_argument("--split-count", type=int, default=10,
+                        help="tasks that may share one GPU (deviceSplitCount, default 10)")
+    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                        help="parallel seeds (default: up to 2)")
+    parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
+    return parser.parse_args(argv)
+
+
+def run_seed(job: tuple) -> dict:
+    """One seed's replay (in a worker process): its curve, counts and per-pod timings."""
+    nodes_path, pods_path, policy, seed, ratio, split = job
+    nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
+    total_gpus = sum(n.gpus for n in nodes)
+    view = cluster_view(nodes, split)
+    placer = InProcessPlacer(view, policy, seed, pods)
+    result = replay(placer, arrivals(pods, total_gpus, seed, ratio), total_gpus, seed)
+    durations = sorted(result.durations)
+    return {"seed": seed, "alloc": result.at_100, "curve": result.curve, "pods": result.pods,
+            "placed": result.placed, "seconds": result.seconds,
+            "place_ms_sum": sum(durations) * 1000,
+            "place_ms_p99": durations[int(0.99 * (len(durations) - 1))] * 1000
+            if durations else 0.0,
+            "overcommitted": len(view.overcommitted())}
+
+
+def _mean_curve(results) -> list:
+    curve = []
+    for x in range(len(results[0]["curve"])):
+        values = [r["curve"][x] for r in results if r["curve"][x] is not None]
+        curve.append(round(statistics.fmean(values), 3) if values else None)
+    return curve
+
+
+def summarize(args, results, seconds: float, total_gpus: int) -> dict:
+    """The JSON summary of a run."""
+    pods = sum(r["pods"] for r in results)
+    allocs = [r["alloc"] for r in results if r["alloc"] is not None]
+    return {"policy": args.policy, "nodes": args.nodes, "pods_file": args.pods,
+            "gpus": total_gpus, "seeds": [r["seed"] for r in results],
+            "gpu_alloc_pct": round(statistics.fmean(allocs), 3) if allocs else None,
+            "per_seed": {str(r["seed"]): r["alloc"] for r in results},
+            "pods": pods, "placed": sum(r["placed"] for r in results),
+            "seconds": round(seconds, 2),
+            "place_ms_mean": round(sum(r["place_ms_sum"] for r in results) / max(pods, 1), 4),
+            "place_ms_p99": round(max(r["place_ms_p99"] for r in results), 4),
+            "overcommitted_devices": sum(r["overcommitted"] for r in results),
+            "curve": _mean_curve(results)}
+
+
+def _print_table(summary, results) -> None:
+    print(f"policy {summary['policy']}: {summary['gpus']} GPUs, {len(results)} seed(s)")
+    print(f"{'seed':>6} {'alloc@100%':>10} {'pods':>7} {'placed':>7} {'seconds':>8}")
+    for r in results:
+        alloc = "-" if r["alloc"] is None else f"{r['alloc']:.2f}"
+        print(f"{r['seed']:>6} {alloc:>10} {r['pods']:>7} {r['placed']:>7} "
+              f"{r['seconds']:>8.1f}")
+    mean = summary["gpu_alloc_pct"]
+    print(f"mean GPU allocation at 100% arrived demand: "
+          f"{'-' if mean is None else format(mean, '.2f')}%  "
+          f"(per-pod placement {summary['place_ms_mean']:.3f} ms mean, "
+          f"{summary['place_ms_p99']:.3f} ms p99; {summary['seconds']:.1f} s)")
+    curve = summary["curve"]
+    marks = ", ".join(f"{x}%: {curve[x]:.2f}" for x in (50, 80, 90, 95, 100, 110, 120, 130)
+                      if x < len(curve) and curve[x] is not None)
+    print(f"allocation by arrived demand: {marks}")
+
+
+def run_seeds(nodes_path, pods_path, policy, seeds, ratio=1.3, split_count=10,
+              workers=1) -> list:
+    """The per-seed results of a replay, seeds spread over `workers` processes."""
+    jobs = [(nodes_path, pods_path, policy, s, ratio, split_count) for s in seeds]
+    if workers > 1 and len(jobs) > 1:
+        with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
+            return pool.map(run_seed, jobs)
+    return [run_seed(job) for job in jobs]
+
+
+def main(argv=None) -> int:
+    """Entry point of `hami-sim replay`."""
+    args = _arguments(sys.argv[1:] if argv is None else argv)
+    try:
+        seeds = parse_seeds(args.seeds)
+        nodes = load_nodes(args.nodes)
+        load_pods(args.pods)
+        if args.ratio <= 0 or args.split_count < 1 or args.workers < 1:
+            raise ValueError("--ratio must be > 0, --split-count and --workers >= 1")
+    except (TraceError, ValueError) as e:
+        print(f"hami-sim replay: {e}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    try:
+        results = run_seeds(args.nodes, args.pods, args.policy, seeds, args.ratio,
+                            args.split_count, args.workers)
+    except PlacementError as e:
+        print(f"hami-sim replay: {e}", file=sys.stderr)
+        return 2
+    summary = summarize(args, results, time.perf_counter() - start, sum(n.gpus for n in nodes))
+    _print_table(summary, results)
+    if args.json:
+        print(json.dumps(summary, separators=(",", ":")))
+    return 0

@@ -1,0 +1,125 @@
+"""The compute limit on a real GPU with PyTorch: a matmul loop limited to 30 % runs at 30 % of
+its unlimited throughput (+- 5 points), containers at 10 % and 90 % both saturating the GPU
+split the work 1:9 (within 15 %), and a CUDA graph replay loop is limited too.
+
+Only the standard library and pytest here; PyTorch runs in children with libvgpu.so preloaded
+(built with `make -C c` when missing). Each child measures its throughput itself, between two
+synchronisations inside an absolute CLOCK_MONOTONIC window the test chooses, so that children
+started together measure the same stretch of time.
+"""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+WARMUP_S = 12.0  # CUDA and cuBLAS start-up, the graph's capture, then settling
+WINDOW_S = 4.0
+
+LOOP = r'''
+import json, os, sys, time, torch
+torch.backends.cuda.matmul.allow_tf32 = False
+a = torch.randn(4096, 4096, device="cuda")
+b, c = torch.randn_like(a), torch.empty_like(a)
+
+def mm():
+    torch.mm(a, b, out=c)
+
+side = torch.cuda.Stream()  # warm up off the capturing stream, as PyTorch asks
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    for _ in range(3):
+        mm()
+torch.cuda.current_stream().wait_stream(side)
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    for _ in range(10):
+        mm()
+
+def rate(step, per_step, start, end):
+    """Matmuls per second done between the first synchronisation after `start` and the
+    last one before `end` (work is queued asynchronously: only a sync says it is done)."""
+    while time.monotonic() < start:
+        step()
+        torch.cuda.synchronize()
+    first = last = None
+    done = 0
+    while True:
+        for _ in range(4):
+            step()
+        torch.cuda.synchronize()
+        done += 4 * per_step
+        now = time.monotonic()
+        if first is None:
+            first = (now, done)
+        elif now < end:
+            last = (now, done)
+        else:
+            break
+    if last is None:
+        sys.exit(f"{step} did not synchronise twice within the window: lengthen WINDOW_S")
+    return (last[1] - first[1]) / (last[0] - first[0])
+
+out = {}
+for phase in os.environ["PHASES"].split(","):
+    name, start, end = phase.split(":")
+    step, per_step = (graph.replay, 10) if name == "graph" else (mm, 1)
+    out[name] = rate(step, per_step, float(start), float(end))
+print(json.dumps(out), flush=True)
+'''
+
+
+@pytest.fixture
+def container(real_gpu_env, libvgpu, tmp_path):
+    """The environment of a container: the shim preloaded, its own shared file, a limit."""
+    def make(name, sm_limit=None):
+        env = dict(real_gpu_env, LD_PRELOAD=str(libvgpu),
+                   CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / f"{name}.cache"))
+        if sm_limit is not None:
+            env["CUDA_DEVICE_SM_LIMIT"] = str(sm_limit)
+        return env
+    return make
+
+
+def phases(names, begin):
+    """PHASES for the child: one WINDOW_S window per phase, after WARMUP_S from `begin`."""
+    start = begin + WARMUP_S
+    parts = []
+    for name in names:
+        parts.append(f"{name}:{start}:{start + WINDOW_S}")
+        start += WINDOW_S + 1
+    return ",".join(parts)
+
+
+def run_together(envs, names):
+    """Starts one child per environment at once; their measured rates, in order."""
+    pytest.importorskip("torch")
+    begin = time.monotonic()
+    children = [subprocess.Popen([sys.executable, "-c", LOOP],
+                                 env=dict(env, PHASES=phases(names, begin)),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for env in envs]
+    try:
+        outs = [child.communicate(timeout=300) for child in children]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    for child, (out, err) in zip(children, outs):
+        assert child.returncode == 0, err[-3000:]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def test_matmul_and_graph_replay_run_at_30_percent_of_unlimited(container):
+    (free,) = run_together([container("free")], ["matmul", "graph"])
+    (limited,) = run_together([container("limited", 30)], ["matmul", "graph"])
+    for name in ("matmul", "graph"):
+        ratio = limited[name] / free[name]
+        assert 0.25 <= ratio <= 0.35, (name, limited[name], free[name])
+
+
+def test_ten_and_ninety_percent_split_the_work_one_to_nine(container):
+    low, high = run_together([container("low", 10), container("high", 90)], ["matmul"])
+    ratio = high["matmul"] / low["matmul"]
+    assert 9 * 0.85 <= ratio <= 9 * 1.15, (low, high)

@@ -1,0 +1,144 @@
+"""The shim on a real GPU: PyTorch hits its OOM at the limit (caching allocator, expandable
+segments, cudaMallocAsync), nvidia-smi shows the limit, two processes share one limit.
+
+Only the standard library and pytest here; the GPU work runs in children (PyTorch, nvidia-smi)
+with libvgpu.so preloaded, built by `make -C c` when missing (no pip needed).
+"""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+MiB = 1 << 20
+LIMIT = 1024 * MiB
+CHUNK = 64 * MiB
+
+FILL = r'''
+import json, os, sys, torch
+chunk = int(os.environ["CHUNK"])
+torch.cuda.init()
+held, message = [], ""
+try:
+    while len(held) < 10000:
+        held.append(torch.empty(chunk, dtype=torch.uint8, device="cuda"))
+except torch.cuda.OutOfMemoryError as e:
+    message = str(e)
+free, total = torch.cuda.mem_get_info()
+print(json.dumps(dict(allocated=len(held) * chunk, reserved=torch.cuda.memory_reserved(),
+                      total=total, free=free, message=message)))
+'''
+
+
+@pytest.fixture
+def shim_env(real_gpu_env, libvgpu, tmp_path):
+    """The real-GPU environment with the shim preloaded, a 1 GiB limit, a private cache."""
+    return dict(real_gpu_env, LD_PRELOAD=str(libvgpu), CUDA_DEVICE_MEMORY_LIMIT="1g",
+                CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / "vgpu.cache"), CHUNK=str(CHUNK))
+
+
+def run_child(script, env, timeout=300):
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("alloc_conf",
+                         ["", "expandable_segments:True", "backend:cudaMallocAsync"],
+                         ids=["caching", "expandable-segments", "cudaMallocAsync"])
+def test_pytorch_runs_out_of_memory_at_the_limit(shim_env, alloc_conf):
+    pytest.importorskip("torch")
+    env = dict(shim_env, PYTORCH_CUDA_ALLOC_CONF=alloc_conf) if alloc_conf else shim_env
+    got = run_child(FILL, env)
+    assert got["message"], "no OutOfMemoryError before 10000 chunks"
+    assert got["total"] == LIMIT  # what cudaMemGetInfo reports under the shim
+    # The refused chunk did not fit: at most one chunk (plus one 20 MiB allocator segment
+    # rounding / 2 MiB granule) was left unused under the limit, and nothing went past it.
+    assert LIMIT - CHUNK - 20 * MiB < got["reserved"] <= LIMIT, got
+    assert LIMIT - CHUNK - 20 * MiB < got["allocated"] <= LIMIT, got
+
+
+HOLD = r'''
+import json, os, sys, torch
+x = torch.empty(int(os.environ["HOLD"]), dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print(json.dumps({"held": x.numel()}), flush=True)
+sys.stdin.readline()
+'''
+
+TRY = r'''
+import json, os, torch
+def attempt(n):
+    try:
+        torch.empty(n, dtype=torch.uint8, device="cuda")
+        return "ok"
+    except torch.cuda.OutOfMemoryError:
+        return "oom"
+big = attempt(600 * 2**20)
+torch.cuda.empty_cache()
+print(json.dumps({"big": big, "small": attempt(256 * 2**20)}))
+'''
+
+
+def test_two_processes_share_one_limit(shim_env):
+    pytest.importorskip("torch")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD],
+                              env=dict(shim_env, HOLD=str(600 * MiB)), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(holder.stdout.readline()) == {"held": 600 * MiB}
+        assert run_child(TRY, shim_env) == {"big": "oom", "small": "ok"}
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_nvidia_smi_shows_the_limit_and_the_containers_use(shim_env):
+    pytest.importorskip("torch")
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        pytest.skip("nvidia-smi is not installed")
+    query = [smi, "-i", "0", "--query-gpu=memory.total,memory.used",
+             "--format=csv,noheader,nounits"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD],
+                              env=dict(shim_env, HOLD=str(256 * MiB)), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(holder.stdout.readline()) == {"held": 256 * MiB}
+        done = subprocess.run(query, env=shim_env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        total, used = (int(v) for v in done.stdout.split(","))
+        assert total == LIMIT // MiB
+        assert 256 <= used <= 256 + 20  # the tensor, rounded up to the allocator's segments
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+DRIVER = r'''
+import json, pynvml
+from cuda.bindings import driver as cu
+def ok(r):
+    assert r[0] == cu.CUresult.CUDA_SUCCESS, r[0]
+    return r[1] if len(r) == 2 else r[1:]
+ok(cu.cuInit(0))
+dev = ok(cu.cuDeviceGet(0))
+ctx = ok(cu.cuDevicePrimaryCtxRetain(dev))
+ok(cu.cuCtxSetCurrent(ctx))
+p = ok(cu.cuMemAlloc(900 * 2**20))
+over = cu.cuMemAlloc(200 * 2**20)[0].name
+free, total = ok(cu.cuMemGetInfo())
+pynvml.nvmlInit()
+mem = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0))
+print(json.dumps(dict(over=over, total=total, free=free, device_total=ok(cu.cuDeviceTotalMem(dev)),
+                      nvml=[mem.total, mem.used, mem.free])))
+'''
+
+
+def test_the_driver_api_and_nvml_see_the_limit(shim_env):
+    got = run_child(DRIVER, shim_env)
+    assert got == {"over": "CUDA_ERROR_OUT_OF_MEMORY", "total": LIMIT, "free": LIMIT - 900 * MiB,
+                   "device_total": LIMIT,
+                   "nvml": [LIMIT, 900 * MiB, LIMIT - 900 * MiB]}

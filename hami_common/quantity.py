@@ -4,6 +4,7 @@ Exact arithmetic (Fraction) so that "0.1" + "0.2" CPU is exactly 300 millicores.
 """
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 from hami_common.errors import HamiFormatError
 
@@ -43,13 +44,30 @@ def has_unit(value) -> bool:
     return isinstance(value, str) and bool(re.search(r"[A-Za-z]", value.strip()))
 
 
-def cpu_millis(value) -> int:
-    """CPU quantity in millicores, rounded up the way the API server does ("0.0001" -> 1m)."""
+# Pods repeat a few quantity strings; every watch event and filter reads them, so cache them.
+@lru_cache(maxsize=4096)
+def _cpu_millis(value) -> int:
     q = parse_quantity(value) * 1000
     return -((-q.numerator) // q.denominator)
 
 
+@lru_cache(maxsize=4096)
+def _memory_mib(value) -> int:
+    q = parse_quantity(value) / MIB
+    return -((-q.numerator) // q.denominator)
+
+
+def cpu_millis(value) -> int:
+    """CPU quantity in millicores, rounded up the way the API server does ("0.0001" -> 1m)."""
+    # Only strings are cached: True and 1 are equal keys, but a boolean is no quantity.
+    return _cpu_millis(value) if isinstance(value, str) else _uncached(value, 1000)
+
+
 def memory_mib(value) -> int:
     """Memory quantity (bytes with an optional suffix) in MiB, rounded up."""
-    q = parse_quantity(value) / MIB
+    return _memory_mib(value) if isinstance(value, str) else _uncached(value, Fraction(1, MIB))
+
+
+def _uncached(value, scale) -> int:
+    q = parse_quantity(value) * scale
     return -((-q.numerator) // q.denominator)

@@ -14,6 +14,7 @@ from typing import Mapping, Optional
 
 from hami_common import constants as C
 from hami_common.errors import HamiFormatError, RequestError
+from hami_common.podshape import pod_problem
 from hami_common.quantity import MIB, cpu_millis, has_unit, memory_mib, parse_quantity
 
 _TRUE = ("true", "1", "t", "yes")
@@ -245,18 +246,22 @@ def _pod_cpu_mem(init_ctrs, app_ctrs) -> tuple:
     return max(cpu + side_cpu, peak_cpu), max(mem + side_mem, peak_mem)
 
 
+def pod_cpu_memory(pod: Mapping) -> tuple:
+    """(millicores, MiB) that kube-scheduler counts for a v1.Pod dict of the right shape;
+    RequestError if a CPU or memory quantity is malformed."""
+    spec = pod.get("spec") or {}
+    return _pod_cpu_mem(spec.get("initContainers") or [], spec.get("containers") or [])
+
+
 def parse_pod(pod: Mapping, defaults: RequestDefaults = RequestDefaults()) -> PodRequest:
-    """The PodRequest for a v1.Pod given as the dict the API server sends."""
-    if not isinstance(pod, Mapping):
-        raise RequestError("pod must be a JSON object")
+    """The PodRequest for a v1.Pod given as the dict the API server sends; RequestError names
+    what to fix, a field of the wrong type included."""
+    problem = pod_problem(pod)
+    if problem:
+        raise RequestError(problem)
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
-        raise RequestError("pod metadata and spec must be JSON objects")
     annotations = meta.get("annotations") or {}
     init_ctrs, app_ctrs = spec.get("initContainers") or [], spec.get("containers") or []
-    if not all(isinstance(c, Mapping) for c in list(init_ctrs) + list(app_ctrs)):
-        raise RequestError("every entry of spec.containers and spec.initContainers must be an "
-                           "object")
     containers = tuple(parse_container(c, init=not _is_sidecar(c), defaults=defaults)
                        for c in init_ctrs) + \
         tuple(parse_container(c, defaults=defaults) for c in app_ctrs)

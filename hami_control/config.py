@@ -47,6 +47,7 @@ class ControlConfig:
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     resync_s: float = 300.0
     all_pods: bool = False
+    track_resources: bool = True
     handshake_interval_s: float = 30.0
     lock_expiry_s: float = 300.0
     max_body: int = MAX_BODY
@@ -88,6 +89,12 @@ def parser() -> argparse.ArgumentParser:
                    help="count the GPU annotations of every pod, not only of pods whose "
                         "schedulerName is --scheduler-name (when another scheduler name also "
                         "places HAMi GPU pods in this cluster)")
+    p.add_argument("--track-cpu-memory", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep nodes' allocatable CPU and memory and every bound pod's requests "
+                        "in the view, so that placement avoids GPUs that CPU or memory would "
+                        "strand (watches every unfinished pod; default on). "
+                        "--no-track-cpu-memory watches only the pods of --scheduler-name and "
+                        "places on GPUs alone")
     p.add_argument("--resync-period", type=float, default=300.0, metavar="SECONDS",
                    help="full relist of nodes and pods this often (default 300)")
     p.add_argument("--handshake-interval", type=float, default=30.0, metavar="SECONDS",
@@ -198,6 +205,7 @@ def from_args(argv) -> ControlConfig:
         scheduler_name=args.scheduler_name, node_policy=args.node_scheduler_policy,
         gpu_policy=args.gpu_scheduler_policy, defaults=defaults, lease=_lease(args),
         resync_s=_positive("--resync-period", args.resync_period), all_pods=args.all_pods,
+        track_resources=args.track_cpu_memory,
         handshake_interval_s=_positive("--handshake-interval", args.handshake_interval, True),
         lock_expiry_s=_positive("--lock-expiry", args.lock_expiry), max_body=args.max_body,
         threads=args.threads, log_level=args.log_level)

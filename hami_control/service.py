@@ -6,7 +6,7 @@ from typing import Optional
 
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.leader import AlwaysLeader, LeaderElector
-from hami_control.cluster.sync import ClusterSync
+from hami_control.cluster.sync import ClusterSync, PodScope
 from hami_control.config import ControlConfig
 from hami_control.errors import ConfigError
 from hami_control.extender.bind import BindHandler
@@ -32,7 +32,7 @@ def _state(config: ControlConfig):
             raise ConfigError(flag, f"unknown policy {name!r}; use one of "
                                     f"{', '.join(SERVER_POLICIES)}")
     try:
-        return make_state(config.node_policy, config.gpu_policy)
+        return make_state(config.node_policy, config.gpu_policy, config.track_resources)
     except PlacementError as e:
         raise ConfigError("--node-scheduler-policy/--gpu-scheduler-policy", str(e)) from e
 
@@ -49,8 +49,8 @@ class ControlPlane:
         self.sync = ClusterSync(api, self.state, clock, config.resync_s,
                                 config.handshake_interval_s, writer=api,
                                 is_leader=lambda: self.leader.is_leader,
-                                pod_selector="" if config.all_pods else
-                                f"spec.schedulerName={config.scheduler_name}")
+                                pods=PodScope(config.scheduler_name, config.track_resources,
+                                              config.all_pods))
         self.metrics = metrics or ControlMetrics()
         self.metrics.watch(self.state, self._status)
         locker = NodeLocker(api, clock, timedelta(seconds=config.lock_expiry_s),
@@ -58,7 +58,7 @@ class ControlPlane:
         self.writer = DecisionWriter()
         self.filter = FilterHandler(self.state, api, self.leader, clock, config.defaults,
                                     self.metrics, synced=lambda: self.sync.synced,
-                                    writer=self.writer)
+                                    writer=self.writer, scheduler=config.scheduler_name)
         self.bind = BindHandler(self.state, api, self.leader, locker, clock,
                                 config.scheduler_name, config.defaults, self.metrics,
                                 synced=lambda: self.sync.synced, writer=self.writer,

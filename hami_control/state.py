@@ -9,35 +9,28 @@ watch events for it (possibly older than the write) are held back until the writ
 answer was lost; without one, the reservation from before). Events older than the last version
 applied to a pod are ignored, so a late event never undoes a newer decision.
 
-When the engine's learned workload model is re-estimated, every cached score is stale; the
-`rescorer` (an engine sharing the same policies and caches that does not learn) re-scores the
-recent kinds of pods at once, so that the following filters are not each a full pass.
+With `resources` the view also holds the nodes' CPU and memory and every bound pod's requests;
+the engine then scores with them (fragaware sees GPUs that CPU or memory would strand) and
+checks them a second time (kube-scheduler has checked them before the filter).
 """
 import itertools
-import logging
 import threading
-import time
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from hami_control.placement import ClusterView, Engine, PlacementConfig, PlacementError, \
-    Reservation
-from hami_control.placement.registry import PolicyRegistry
+from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
 
-log = logging.getLogger(__name__)
-_RECENT = 64
+RECENT_KINDS = 64
 
 
-def make_state(node_policy: str = "fragaware", gpu_policy: str = "fragaware") -> \
-        "SchedulerState":
-    """The server's state: the engine (it explains refusals) and a non-learning rescorer over
-    the same policies. PlacementError for an unknown policy name."""
-    registry = PolicyRegistry()
-    engine = Engine(PlacementConfig(node_policy=node_policy, gpu_policy=gpu_policy),
-                    registry=registry)
-    rescorer = Engine(PlacementConfig(node_policy=node_policy, gpu_policy=gpu_policy,
-                                      explain=False, learn=False), registry=registry)
-    return SchedulerState(engine, rescorer=rescorer)
+def make_state(node_policy: str = "fragaware", gpu_policy: str = "fragaware",
+               resources: bool = True) -> "SchedulerState":
+    """The server's state: one engine that explains refusals and, when its learned workload
+    model changes, re-scores the recent kinds of pods at once. PlacementError for an unknown
+    policy name."""
+    return SchedulerState(Engine(PlacementConfig(
+        node_policy=node_policy, gpu_policy=gpu_policy, resource_fit=resources,
+        rescore_recent=RECENT_KINDS)))
 
 
 @dataclass
@@ -63,15 +56,18 @@ class Placement:
 class SchedulerState:
     """The cluster view, the engine, and the bookkeeping that keeps them consistent."""
 
-    def __init__(self, engine: Engine, view: Optional[ClusterView] = None,
-                 rescorer: Optional[Engine] = None):
-        self.engine, self.rescorer = engine, rescorer
+    def __init__(self, engine: Engine, view: Optional[ClusterView] = None):
+        self.engine = engine
         self.view = view or ClusterView()
         self.lock = threading.RLock()
         self._pods: dict = {}
         self._registrations: dict = {}    # node name -> NodeRegistration applied
         self._tokens = itertools.count(1)
-        self._recent: dict = {}           # signature -> the latest request of that kind
+
+    @property
+    def resources(self) -> bool:
+        """Whether the view holds CPU and memory (requests are placed with theirs)."""
+        return self.engine.config.resource_fit
 
     # --- nodes (sync) --------------------------------------------------------------------
     def apply_node(self, name: str, registration) -> bool:
@@ -91,6 +87,11 @@ class SchedulerState:
                 return False
             self.view.remove_node(name)
             return True
+
+    def unknown_nodes(self, names) -> list:
+        """Those of the names that register no GPUs."""
+        with self.lock:
+            return list(self.view.candidates(names)[1])
 
     def node_names(self) -> list:
         """The registered nodes."""
@@ -147,19 +148,12 @@ class SchedulerState:
         marks the pod pending until `confirm` or `rollback`."""
         with self.lock:
             previous = self.view.release(request.key)
-            model = self._model_version()
             try:
                 decision = self.engine.place(self.view, request, nodes)
             except Exception:
                 if previous is not None:
                     self.view.reserve(previous)
                 raise
-            if self._model_version() != model:
-                self._rescore_recent(request.signature)
-            self._recent.pop(request.signature, None)
-            self._recent[request.signature] = request
-            if len(self._recent) > _RECENT:
-                self._recent.pop(next(iter(self._recent)))
             if decision.ok:
                 self.view.reserve(Reservation.of(request, decision))
             token = next(self._tokens)
@@ -194,27 +188,6 @@ class SchedulerState:
                 self._set(key, held[1])
             else:
                 self._set(key, placement.previous)
-
-    def _model_version(self):
-        return self.engine.registry.learner.version
-
-    def _rescore_recent(self, current) -> None:
-        """The learned workload was just re-estimated, which invalidates every cached score:
-        re-score the recent kinds of pods now, in one go, rather than one slow filter per kind
-        afterwards (the rescorer does not learn, so nothing is counted twice)."""
-        if self.rescorer is None:
-            return
-        start = time.perf_counter()
-        for signature, request in list(self._recent.items()):
-            if signature == current:
-                continue
-            try:
-                self.rescorer.place(self.view, request)
-            except PlacementError as e:
-                log.debug("re-scoring %s: %s", request.key, e)
-                self._recent.pop(signature, None)
-        log.info("workload model re-estimated: %d kinds of pods re-scored in %.0f ms",
-                 len(self._recent), (time.perf_counter() - start) * 1000)
 
     # --- reading -------------------------------------------------------------------------
     def reservation(self, key: str) -> Optional[Reservation]:

@@ -40,6 +40,14 @@ def allocatable_gpus(node: dict) -> int:
 
 
 def registration_source(node: dict) -> tuple:
-    """The annotation values a node's registration is read from (to skip re-reading them)."""
+    """The values a node's registration is read from (to skip re-reading them): its register
+    and cordon annotations, its allocatable CPU and memory."""
     annos = annotations(node)
-    return annos.get(C.ANNO_NODE_REGISTER), annos.get(C.ANNO_DEVICE_CORDON, "")
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return (annos.get(C.ANNO_NODE_REGISTER), annos.get(C.ANNO_DEVICE_CORDON, ""),
+            allocatable.get("cpu"), allocatable.get("memory"))
+
+
+def scheduler_name(pod: dict) -> str:
+    """spec.schedulerName of a pod ("" when unset)."""
+    return str((pod.get("spec") or {}).get("schedulerName") or "")

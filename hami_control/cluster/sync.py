@@ -10,17 +10,44 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK
+from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK, SCHEDULER_NAME
 from hami_common.errors import HamiFormatError
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster import handshake
 from hami_control.cluster.api import ApiError, Expired
 from hami_control.cluster.objects import (annotations, pod_key, registration_source,
-                                          resource_version)
+                                          resource_version, scheduler_name)
 from hami_control.placement.annotations import node_registration, pod_reservation
 
 log = logging.getLogger(__name__)
 KINDS = ("nodes", "pods")
+UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclass(frozen=True)
+class PodScope:
+    """Which pods the view counts, and what of each.
+
+    `resources` (the default): every unfinished pod is watched, whatever its scheduler (the
+    selector kube-scheduler's own pod informer uses), and holds its CPU and memory on its node
+    once bound; pods of `scheduler` also hold their GPU decision. Without it only the pods of
+    `scheduler` are watched (fewer events; the view is GPUs only). `all_pods`: every pod's GPU
+    decision counts (another scheduler name places HAMi GPU pods in the cluster)."""
+
+    scheduler: str = SCHEDULER_NAME
+    resources: bool = True
+    all_pods: bool = False
+
+    @property
+    def selector(self) -> str:
+        """The pod watch's field selector."""
+        if self.resources:
+            return UNFINISHED
+        return "" if self.all_pods else f"spec.schedulerName={self.scheduler}"
+
+    def decisions(self, pod: dict) -> bool:
+        """Whether the pod's GPU decision counts."""
+        return self.all_pods or scheduler_name(pod) == self.scheduler
 
 
 @dataclass(frozen=True)
@@ -40,10 +67,11 @@ class ClusterSync:
     def __init__(self, source, state, clock: Clock = SystemClock(), resync_s: float = 300.0,
                  handshake_interval_s: float = 30.0, writer=None,
                  is_leader: Callable[[], bool] = lambda: True, backoff_s: float = 1.0,
-                 pod_selector: str = ""):
+                 pods: PodScope = PodScope()):
         self.source, self.state, self.clock = source, state, clock
         self.resync_s, self.backoff_s = resync_s, backoff_s
-        self.selectors = {"nodes": "", "pods": pod_selector}
+        self.pods = pods
+        self.selectors = {"nodes": "", "pods": pods.selector}
         self.handshake_interval_s, self.writer, self.is_leader = \
             handshake_interval_s, writer, is_leader
         self._nodes: dict = {}
@@ -143,9 +171,11 @@ class ClusterSync:
         reservation = None
         if not deleted:
             try:
-                reservation = pod_reservation(pod)
+                reservation = pod_reservation(pod, self.pods.resources,
+                                              self.pods.decisions(pod))
             except HamiFormatError as e:
-                log.warning("pod %s: unreadable GPU annotations, counted as holding nothing: %s",
+                log.warning("pod %s: unreadable GPU annotations or resources, counted as holding "
+                            "nothing: %s",
                             key, e)
         self.state.apply_pod(key, resource_version(pod), reservation, deleted)
 
@@ -156,7 +186,7 @@ class ClusterSync:
         if known is not None and known.source == source:
             return known.registration
         try:
-            registration = node_registration(node)
+            registration = node_registration(node, self.pods.resources)
         except HamiFormatError as e:
             if self._bad_registrations.get(name) != source:
                 self._bad_registrations[name] = source

@@ -2,10 +2,11 @@
 ExtenderBindingArgs, writing the results. The Go structs have no JSON tags, so the keys are the
 Go field names; kube-scheduler decodes case-insensitively, and so does this."""
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Mapping, Optional
 
+from hami_common.podshape import pod_problem
 from hami_control.errors import BadRequest
-from hami_control.podshape import pod_problem
 
 
 def _field(body: Mapping, name: str):
@@ -52,7 +53,8 @@ def parse_filter(body) -> FilterArgs:
         raise BadRequest(f"ExtenderArgs.Pod: {problem}")
     names, nodes = _field(body, "NodeNames"), _field(body, "Nodes")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        # map() keeps the check of a 1,213-name list in C: it runs on every filter.
+        if not isinstance(names, list) or not all(map(isinstance, names, repeat(str))):
             raise BadRequest("ExtenderArgs.NodeNames must be a list of node names")
         return FilterArgs(dict(pod), list(names))
     if nodes is not None:

@@ -69,8 +69,8 @@ class BindHandler:
 
     def _bind(self, args) -> None:
         reservation = self.state.reservation(args.key)
-        if reservation is None:
-            self._bind_without_gpus(args)
+        if reservation is None or not reservation.devices:
+            self._bind_without_gpus(args)      # no GPU to allocate: no lock, no bind-phase
             return
         if reservation.node != args.node:
             raise BindError(f"pod {args.key} was given GPUs on node {reservation.node}, but is "
@@ -100,7 +100,8 @@ class BindHandler:
         return pod is not None and (pod.get("spec") or {}).get("nodeName") == args.node
 
     def _bind_without_gpus(self, args) -> None:
-        """A pod that holds no GPU reservation: bind it plainly if it asks for no GPU."""
+        """A pod that holds no GPU (maybe its CPU and memory): bind it plainly if it asks for
+        no GPU."""
         if not self.asked_no_gpu(args.key):
             self._check_asks_no_gpu(args)
         try:

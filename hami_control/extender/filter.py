@@ -5,6 +5,11 @@ Filters run one at a time (kube-scheduler's scheduling cycle is sequential anywa
 decision and its reservation are never interleaved with another pod's decision. With a
 DecisionWriter (the server's setting) the write onto the pod runs after the answer; the bind
 waits for it (extender/writes.py). Without one, the filter writes before it answers.
+
+When the view holds CPU and memory, a pod of this scheduler that asks for no GPU is placed too:
+on a node without GPUs when one is offered (kube-scheduler chooses among them), else on the
+GPU node where its CPU and memory strand the least GPU share. Its decision is `vgpu-node`
+alone, so that the view counts it until it is bound, as for GPU pods.
 """
 import dataclasses
 import functools
@@ -18,7 +23,7 @@ from hami_common import pod_devices
 from hami_common.errors import RequestError
 from hami_common.request import RequestDefaults, parse_pod
 from hami_control.cluster.api import ApiError
-from hami_control.cluster.objects import resource_version
+from hami_control.cluster.objects import resource_version, scheduler_name
 from hami_control.extender.args import FilterArgs, filter_result, parse_filter
 from hami_control.placement import PlacementError
 
@@ -42,20 +47,19 @@ def unavailable(leader, synced: Callable[[], bool]) -> str:
     return ""
 
 
-def server_request(request):
-    """The request as the server places it: without CPU and memory.
-
-    kube-scheduler has checked CPU and memory before calling the extender, and the server's
-    view does not track them; dropping them makes pods that differ only there share the
-    engine's per-request caches."""
-    if not request.cpu_milli and not request.memory_mib:
+def server_request(request, resources: bool):
+    """The request as the server places it: without CPU and memory unless the view holds them
+    (kube-scheduler has checked them before calling the extender; dropping them makes pods
+    that differ only there share the engine's per-request caches)."""
+    if resources or (not request.cpu_milli and not request.memory_mib):
         return request
     return dataclasses.replace(request, cpu_milli=0, memory_mib=0)
 
 
 def allocation_annotations(decision, now_s: float) -> dict:
-    """HAMi's pod annotations for a decision (bind-phase cleared until the next bind)."""
-    devices = pod_devices.encode(decision.devices)
+    """HAMi's pod annotations for a decision (bind-phase cleared until the next bind); a
+    decision without GPUs is the node alone."""
+    devices = pod_devices.encode(decision.devices) if any(decision.devices) else None
     return {C.ANNO_VGPU_NODE: decision.node, C.ANNO_VGPU_TIME: str(int(now_s)),
             C.ANNO_DEVICES_TO_ALLOCATE: devices, C.ANNO_DEVICES_ALLOCATED: devices,
             C.ANNO_BIND_PHASE: None, C.ANNO_BIND_TIME: None}
@@ -65,9 +69,11 @@ class FilterHandler:
     """POST /filter: ExtenderArgs in, ExtenderFilterResult out."""
 
     def __init__(self, state, api, leader, clock, defaults: RequestDefaults = RequestDefaults(),
-                 metrics=None, synced: Callable[[], bool] = lambda: True, writer=None):
+                 metrics=None, synced: Callable[[], bool] = lambda: True, writer=None,
+                 scheduler: str = C.SCHEDULER_NAME):
         self.state, self.api, self.leader, self.clock = state, api, leader, clock
         self.defaults, self.metrics, self.synced, self.writer = defaults, metrics, synced, writer
+        self.scheduler = scheduler
         self._serial = threading.Lock()
         self._no_gpu: OrderedDict = OrderedDict()     # recent pods that asked for no GPU
 
@@ -84,11 +90,23 @@ class FilterHandler:
             self._no_gpu[args.key] = True
             if len(self._no_gpu) > _NO_GPU_KEEP:
                 self._no_gpu.popitem(last=False)
-            return self._done("no_gpu", filter_result(args, args.node_names))
+            passed = self._without_gpus(args)
+            if passed is not None:
+                return self._done("no_gpu", filter_result(args, passed))
         with self._serial:
             if self.writer is not None:
                 self.writer.wait(request.key)       # the pod's earlier write lands first
-            return self._place(args, server_request(request))
+            return self._place(args, server_request(request, self.state.resources))
+
+    def _without_gpus(self, args: FilterArgs) -> Optional[list]:
+        """The nodes passed through for a pod that asks for no GPU, or None to place it.
+
+        It is placed when it is this scheduler's and the view holds CPU and memory, and only
+        GPU nodes are offered: elsewhere its CPU and memory strand no GPU."""
+        if not self.state.resources or scheduler_name(args.pod) != self.scheduler:
+            return args.node_names
+        without = self.state.unknown_nodes(args.node_names)
+        return without or None
 
     def asked_no_gpu(self, key: str) -> bool:
         """Whether pod key was filtered lately as asking for no GPU (its bind needs no

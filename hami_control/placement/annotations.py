@@ -8,7 +8,8 @@ from hami_common import constants as C
 from hami_common import node_register, pod_devices
 from hami_common.errors import HamiFormatError, RequestError
 from hami_common.quantity import cpu_millis, memory_mib
-from hami_common.request import parse_pod
+from hami_common.podshape import pod_problem
+from hami_common.request import pod_cpu_memory
 from hami_control.placement.model import PlacementError
 from hami_control.placement.view import ClusterView, Reservation
 
@@ -52,20 +53,26 @@ def node_registration(node: Mapping, resource_fit: bool = False) -> Optional[Nod
     return NodeRegistration(name, devices, cordoned, cpu, mem)
 
 
-def pod_reservation(pod: Mapping, resource_fit: bool = False) -> Optional[Reservation]:
-    """What a placed pod holds, from its `vgpu-devices-allocated`; None if it holds nothing
-    (no annotation, not placed, or finished)."""
+def pod_reservation(pod: Mapping, resource_fit: bool = False,
+                    decisions: bool = True) -> Optional[Reservation]:
+    """What a pod holds, None if nothing (not placed, finished, or nothing counted).
+
+    `decisions`: whether the pod's HAMi decision counts (`vgpu-node` and
+    `vgpu-devices-allocated`: the pods of this scheduler); without it only a bound pod's CPU
+    and memory can. With `resource_fit` a pod also holds its CPU and memory on its node once
+    bound (`spec.nodeName`), or once it carries a decision (kube-scheduler's assumed pod: it
+    binds next); a pod that is neither holds nothing yet."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
         return None
     annotations = meta.get("annotations") or {}
-    node = spec.get("nodeName") or annotations.get(C.ANNO_VGPU_NODE)
-    value = annotations.get(C.ANNO_DEVICES_ALLOCATED)
-    if not node or not value:
+    node = spec.get("nodeName") or (annotations.get(C.ANNO_VGPU_NODE) if decisions else None)
+    value = annotations.get(C.ANNO_DEVICES_ALLOCATED) if decisions else None
+    if not node or not (value or resource_fit):
         return None
     key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
     try:
-        devices = pod_devices.decode(value)
+        devices = pod_devices.decode(value) if value else ()
     except HamiFormatError as e:
         raise HamiFormatError(f"pod {key}: {C.ANNO_DEVICES_ALLOCATED}: {e}") from e
     inits = spec.get("initContainers") or []
@@ -73,11 +80,15 @@ def pod_reservation(pod: Mapping, resource_fit: bool = False) -> Optional[Reserv
                                if isinstance(c, Mapping) and c.get("restartPolicy") != "Always")
     cpu = mem = 0
     if resource_fit:
+        problem = pod_problem(pod)
         try:
-            request = parse_pod(pod)
+            if problem:
+                raise RequestError(problem)
+            cpu, mem = pod_cpu_memory(pod)
         except RequestError as e:
             raise HamiFormatError(f"pod {key}: {e}") from e
-        cpu, mem = request.cpu_milli, request.memory_mib
+    if not devices and not cpu and not mem:
+        return None
     return Reservation(key, node, devices, init_positions, cpu, mem)
 
 

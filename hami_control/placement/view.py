@@ -5,6 +5,7 @@ the next one at once. Every change bumps the node's version; the engine's caches
 versions to know which nodes to look at again.
 """
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Iterable, Optional
 
 import numpy as np
@@ -46,8 +47,10 @@ class Reservation:
 
     @classmethod
     def of(cls, request, decision) -> "Reservation":
-        """What a pod takes once the decision for it is applied."""
-        return cls(pod=request.key, node=decision.node, devices=decision.devices,
+        """What a pod takes once the decision for it is applied (a pod without GPUs holds no
+        device list at all, as when it is read back from a pod without GPU annotations)."""
+        devices = decision.devices if any(decision.devices) else ()
+        return cls(pod=request.key, node=decision.node, devices=devices,
                    init_positions=frozenset(i for i, c in enumerate(request.containers)
                                             if c.init),
                    cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
@@ -61,11 +64,12 @@ class ClusterView:
         self._by_name: dict = {}
         self._reservations: dict = {}
         self._by_node: dict = {}          # node name -> set of pod keys
-        self.versions = np.zeros(0, dtype=np.int64)
-        self.capacity = CapacityIndex([])
+        self._arrays = None               # (versions, CapacityIndex); rebuilt when nodes come or go
         self.epoch = 0                    # bumped when nodes come or go (positions change)
         self.caches: dict = {}            # owned by the engine; reset with the epoch
         self._static_cache = None
+        self._position: dict = {}         # node name -> position
+        self._last_candidates = None      # (epoch, names, mask, unknown)
 
     # --- nodes -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -86,14 +90,13 @@ class ClusterView:
             node.position, node.version = old.position, old.version + 1
             self.nodes[old.position] = node
             self._by_name[name] = node
-            self.versions[node.position] = node.version
-            self.capacity.update(node)
-            self.epoch += 1               # the GPU inventory may have changed
-            self.caches.clear()
+            self._arrays = None
+            self._changed()               # the GPU inventory may have changed
         else:
+            node.position = self._position[name] = len(self.nodes)
             self._by_name[name] = node
             self.nodes.append(node)
-            self._renumber()
+            self._changed()
         for key in self._by_node.get(name, ()):
             self._apply(node, self._reservations[key], +1)
         return node
@@ -102,15 +105,50 @@ class ClusterView:
         """Forget a node; its reservations stay and return with it."""
         if self._by_name.pop(name, None) is not None:
             self.nodes = [n for n in self.nodes if n.name != name]
-            self._renumber()
+            for position, node in enumerate(self.nodes):
+                node.position = position
+            self._position = {node.name: node.position for node in self.nodes}
+            self._changed()
 
-    def _renumber(self) -> None:
-        for position, node in enumerate(self.nodes):
-            node.position = position
-        self.versions = np.array([n.version for n in self.nodes], dtype=np.int64)
-        self.capacity = CapacityIndex(self.nodes)
+    def _changed(self) -> None:
+        """Nodes came, went or were re-registered: positions or inventories changed."""
+        self._arrays = None
         self.epoch += 1
         self.caches.clear()
+
+    def _indexes(self) -> tuple:
+        # Built on first use after a change, so that registering N nodes costs O(N), not O(N^2).
+        if self._arrays is None:
+            self._arrays = (np.array([n.version for n in self.nodes], dtype=np.int64),
+                            CapacityIndex(self.nodes))
+        return self._arrays
+
+    @property
+    def versions(self) -> np.ndarray:
+        """Each node's version, by position."""
+        return self._indexes()[0]
+
+    @property
+    def capacity(self) -> CapacityIndex:
+        """The free-capacity index, by position."""
+        return self._indexes()[1]
+
+    def candidates(self, names) -> tuple:
+        """(read-only mask over node positions, names the view does not know) for a list of
+        node names. The last answer is kept: kube-scheduler sends the same list again and
+        again, and comparing it costs a fraction of mapping it anew."""
+        key = tuple(names)
+        last = self._last_candidates
+        if last is not None and last[0] == self.epoch and last[1] == key:
+            return last[2], last[3]
+        positions = np.fromiter(map(self._position.get, key, repeat(-1)), np.int64, len(key))
+        known = positions >= 0
+        mask = np.zeros(len(self.nodes), dtype=bool)
+        mask[positions[known]] = True
+        mask.flags.writeable = False
+        unknown = [] if known.all() else [key[i] for i in np.flatnonzero(~known)]
+        self._last_candidates = (self.epoch, key, mask, unknown)
+        return mask, unknown
 
     def gpus_by_type(self) -> dict:
         """Registered GPUs per lower-case type name (cached until nodes come or go)."""
@@ -144,8 +182,9 @@ class ClusterView:
 
     def _touch(self, node: Node) -> None:
         node.version += 1
-        self.versions[node.position] = node.version
-        self.capacity.update(node)
+        if self._arrays is not None:
+            self._arrays[0][node.position] = node.version
+            self._arrays[1].update(node)
 
     # --- reservations --------------------------------------------------------------------
     def reservation(self, pod: str) -> Optional[Reservation]:

@@ -16,10 +16,10 @@ from typing import Callable, Mapping, Optional
 
 from hami_common import constants as C
 from hami_common.errors import RequestError
+from hami_common.podshape import pod_problem
 from hami_common.request import RequestDefaults, parse_pod
 from hami_control.errors import BadRequest
 from hami_control.placement.registry import SERVER_POLICIES
-from hami_control.podshape import pod_problem
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 DEFAULT_SCHEDULER = "default-scheduler"

@@ -5,7 +5,10 @@ way node agents and kubelet publish them (register annotation; CPU, memory and G
 For each pod, the placer plays the other parts of the cluster:
 - the API server: the webhook call, then the pod created as the webhook mutated it;
 - kube-scheduler (nodeCacheCapable): its own CPU/memory fit gives the NodeNames, then
-  hami-control's filter, then hami-control's bind to the node chosen;
+  hami-control's filter, then hami-control's bind to the node chosen. Every pod names
+  hami-scheduler, the CPU-only ones too: in the replay, as in the paper's simulator, one
+  policy places all pods (hami-control places a CPU-only pod of its own on the GPU node
+  where it strands the least);
 - the node agent: `bind-phase: success` and the node lock released, so the next bind on that
   node is not refused.
 Filters are sequential (as kube-scheduler's scheduling cycle is), so the decisions are those of
@@ -55,10 +58,11 @@ def publish_nodes(api: JsonHttp, nodes, split_count: int = 10) -> None:
 
 
 def pod_manifest(pod: dict, namespace: str) -> dict:
-    """A trace pod dict as a user submits it (apiVersion, kind, an image, the namespace)."""
+    """A trace pod dict as a user submits it (apiVersion, kind, an image, the namespace), for
+    hami-scheduler."""
     manifest = {"apiVersion": "v1", "kind": "Pod", **pod}
     manifest["metadata"] = dict(pod.get("metadata") or {}, namespace=namespace)
-    manifest["spec"] = dict(pod.get("spec") or {})
+    manifest["spec"] = dict(pod.get("spec") or {}, schedulerName=C.SCHEDULER_NAME)
     manifest["spec"]["containers"] = [dict(c, image=c.get("image") or IMAGE)
                                       for c in manifest["spec"].get("containers") or []]
     return manifest
@@ -118,20 +122,21 @@ def admit_ahead(api_url: str, control_url: str, namespace: str, pods: list, out)
 def bind_behind(api_url: str, control_url: str, namespace: str, jobs, results,
                 in_flight: int = 4) -> None:
     """kube-scheduler's binding cycle and the node agent's part, in their own process: each
-    (pod, uid, node) from `jobs` bound on a few threads, one bind at a time per node, then
-    bind-phase success and the lock released. Puts the list of errors on `results` at the
-    end (a None job)."""
+    (pod, uid, node, wants GPU) from `jobs` bound on a few threads, one bind at a time per
+    node, then for a GPU pod bind-phase success and the lock released. Puts the list of
+    errors on `results` at the end (a None job)."""
     api, control = JsonHttp(api_url), ExtenderClient(control_url)
     node_locks, errors = defaultdict(threading.Lock), []
 
-    def bind(name: str, uid: str, node: str) -> None:
+    def bind(name: str, uid: str, node: str, gpu: bool) -> None:
         with node_locks[node]:     # a second bind would be refused by the lock anyway
             try:
                 answer = control.bind(namespace, name, uid, node)
                 if answer["Error"]:
                     errors.append(f"{name}: {answer['Error']}")
                     return
-                finish_allocation(api, namespace, name, node)
+                if gpu:
+                    finish_allocation(api, namespace, name, node)
             except (ReplayHttpError, OSError, ValueError) as e:
                 errors.append(f"{name}: {type(e).__name__}: {e}")
 
@@ -205,7 +210,8 @@ class HttpPlacer:
             return None
         node = result["NodeNames"][0]
         self.fit.take(node, request.cpu_milli, request.memory_mib)
-        self._jobs.put((stored["metadata"]["name"], stored["metadata"]["uid"], node))
+        self._jobs.put((stored["metadata"]["name"], stored["metadata"]["uid"], node,
+                        request.wants_gpu))
         return node
 
     def drain(self, timeout: float = 300.0) -> None:

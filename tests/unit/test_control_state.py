@@ -110,8 +110,7 @@ def test_recent_kinds_are_rescored_when_the_model_is_reestimated(monkeypatch):
     from hami_control.placement.registry import PolicyRegistry
     from hami_control.state import SchedulerState
     registry = PolicyRegistry(learner=OnlineWorkload(first_refresh=4, max_interval=4))
-    s = SchedulerState(Engine(PlacementConfig(), registry=registry),
-                       rescorer=Engine(PlacementConfig(learn=False), registry=registry))
+    s = SchedulerState(Engine(PlacementConfig(rescore_recent=64), registry=registry))
     for n in range(20):
         s.apply_node(f"n{n}", _registration(f"n{n}", gpus=2, mem=1000 + n))   # all different
     calls = []

@@ -1,7 +1,8 @@
 """The structure a pod must have before HAMi's request parsing may read it.
 
 The API server has validated every pod it sends, but the endpoints also face whatever a client
-posts; a pod of the wrong shape is a 4xx (or a denial) that names the field, never a crash.
+posts. `parse_pod` checks the shape first (a bad one is a RequestError naming the field); the
+endpoints check it too, to answer a malformed body with a 4xx rather than a denial.
 """
 from typing import Mapping, Optional
 
@@ -23,6 +24,8 @@ def _mapping_of_scalars(value, where: str, strings_only: bool = False) -> Option
 def _container_problem(ctr, where: str) -> Optional[str]:
     if not isinstance(ctr, Mapping):
         return f"{where} must be an object"
+    if ctr.get("name") is not None and not isinstance(ctr["name"], str):
+        return f"{where}.name must be a string"
     resources = ctr.get("resources")
     if resources is None:
         return None
@@ -38,7 +41,7 @@ def _container_problem(ctr, where: str) -> Optional[str]:
 def pod_problem(pod) -> Optional[str]:
     """What is structurally wrong with a v1.Pod dict, or None."""
     if not isinstance(pod, Mapping):
-        return "the pod must be an object"
+        return "the pod must be a JSON object"
     meta, spec = pod.get("metadata"), pod.get("spec")
     if meta is not None and not isinstance(meta, Mapping):
         return "metadata must be an object"

@@ -169,21 +169,25 @@ class Engine:
 
     def _rescore(self, view, request, node_policy, gpu_policy, entry, todo) -> None:
         may = view.capacity.may_fit(todo, request, self.config.resource_fit)
+        entry.seen[todo] = view.versions[todo]
         ruled_out = todo[~may]
-        entry.seen[ruled_out] = view.versions[ruled_out]
         entry.scores[ruled_out] = -np.inf
-        for pos in ruled_out:
-            entry.reasons[pos] = entry.plans[pos] = None
+        reasons, plans = entry.reasons, entry.plans
+        for pos in ruled_out.tolist():
+            reasons[pos] = plans[pos] = None
         with_uuid = bool(request.filters.use_uuids or request.filters.nouse_uuids)
-        done = {}
-        for pos in todo[may]:
-            node = view.nodes[pos]
+        # Python ints and lists in the loop: it runs over every node for a new kind of pod.
+        positions, nodes = todo[may].tolist(), view.nodes
+        scores, done = [], {}
+        for pos in positions:
+            node = nodes[pos]
             key = node.state_key(with_uuid)
             result = done.get(key)
             if result is None:
                 result = done[key] = self._evaluate(node, request, gpu_policy, node_policy)
-            entry.seen[pos] = node.version
-            entry.scores[pos], entry.reasons[pos], entry.plans[pos] = result
+            scores.append(result[0])
+            reasons[pos], plans[pos] = result[1], result[2]
+        entry.scores[positions] = scores
 
 
 def place(view, request, config: PlacementConfig = PlacementConfig(),

@@ -75,12 +75,14 @@ class Workload:
         self._memo = {}
         self._eligible = {}
 
-    def _eligible_for(self, cls: PodClass, type_lower: str) -> bool:
-        key = (cls.filters, type_lower)
-        ok = self._eligible.get(key)
-        if ok is None:
-            ok = self._eligible[key] = cls.filters.type_ok(type_lower)
-        return ok
+    def _eligible_for(self, type_lower: str) -> tuple:
+        """Per class (in order), whether it may use a GPU of that type; a table per type,
+        since hashing each class's filters on every look-up costs more than the check."""
+        table = self._eligible.get(type_lower)
+        if table is None:
+            table = self._eligible[type_lower] = tuple(cls.filters.type_ok(type_lower)
+                                                      for cls, _ in self.classes)
+        return table
 
     def frag(self, items: tuple, cpu_free: float, mem_free: float = float("inf")) -> float:
         """Expected fragmented share (thousandths of a GPU) of a node whose devices are
@@ -100,13 +102,14 @@ class Workload:
         if total == 0:
             return 0.0
         result = 0.0
-        for cls, p in self.classes:
+        devices = [(u, self._eligible_for(type_lower)) for type_lower, u in items]
+        for index, (cls, p) in enumerate(self.classes):
             if cls.nums == 0 or cls.cpu > cpu_free or (self.use_mem and cls.mem > mem_free):
                 result += p * total
                 continue
             room = lost = 0
-            for type_lower, u in items:
-                if u >= cls.share and self._eligible_for(cls, type_lower):
+            for u, eligible in devices:
+                if u >= cls.share and eligible[index]:
                     room += 1
                 else:
                     lost += u

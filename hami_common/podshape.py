@@ -62,6 +62,9 @@ def pod_problem(pod) -> Optional[str]:
         problem = _mapping_of_scalars(meta.get(field), f"metadata.{field}", strings_only=True)
         if problem:
             return problem
+    problem = _mapping_of_scalars(spec.get("overhead"), "spec.overhead")
+    if problem:
+        return problem
     for field in ("initContainers", "containers"):
         items = spec.get(field)
         if items is None:

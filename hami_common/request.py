@@ -213,44 +213,51 @@ def parse_filters(annotations: Mapping) -> DeviceFilters:
         numa_bind=numa_text in _TRUE)
 
 
-def _container_cpu_mem(ctr: Mapping) -> tuple:
-    resources = ctr.get("resources") or {}
-    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-    name = ctr.get("name", "")
+def _cpu_mem(values: Mapping, where: str) -> tuple:
     try:
-        cpu = requests.get("cpu", limits.get("cpu"))
-        mem = requests.get("memory", limits.get("memory"))
+        cpu, mem = values.get("cpu"), values.get("memory")
         return (cpu_millis(cpu) if cpu is not None else 0,
                 memory_mib(mem) if mem is not None else 0)
     except HamiFormatError as e:
-        raise RequestError(f"container {name!r}: {e}") from e
+        raise RequestError(f"{where}: {e}") from e
+
+
+def _container_cpu_mem(ctr: Mapping) -> tuple:
+    resources = ctr.get("resources") or {}
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    # The API server defaults a request to its limit.
+    return _cpu_mem({key: requests.get(key, limits.get(key)) for key in ("cpu", "memory")},
+                    f"container {ctr.get('name', '')!r}")
 
 
 def _is_sidecar(ctr: Mapping) -> bool:
     return ctr.get("restartPolicy") == "Always"
 
 
-def _pod_cpu_mem(init_ctrs, app_ctrs) -> tuple:
+def _pod_cpu_mem(spec: Mapping) -> tuple:
     """kube-scheduler's effective request: max(sum of regular+sidecar, each init on top of the
-    sidecars started before it)."""
+    sidecars started before it), plus the pod's overhead (its RuntimeClass's)."""
     cpu = mem = side_cpu = side_mem = peak_cpu = peak_mem = 0
-    for ctr in init_ctrs:
+    for ctr in spec.get("initContainers") or []:
         c, m = _container_cpu_mem(ctr)
         if _is_sidecar(ctr):
             side_cpu, side_mem = side_cpu + c, side_mem + m
         else:
             peak_cpu, peak_mem = max(peak_cpu, side_cpu + c), max(peak_mem, side_mem + m)
-    for ctr in app_ctrs:
+    for ctr in spec.get("containers") or []:
         c, m = _container_cpu_mem(ctr)
         cpu, mem = cpu + c, mem + m
-    return max(cpu + side_cpu, peak_cpu), max(mem + side_mem, peak_mem)
+    over_cpu, over_mem = _cpu_mem(spec.get("overhead") or {}, "spec.overhead")
+    return max(cpu + side_cpu, peak_cpu) + over_cpu, max(mem + side_mem, peak_mem) + over_mem
 
 
 def pod_cpu_memory(pod: Mapping) -> tuple:
-    """(millicores, MiB) that kube-scheduler counts for a v1.Pod dict of the right shape;
-    RequestError if a CPU or memory quantity is malformed."""
-    spec = pod.get("spec") or {}
-    return _pod_cpu_mem(spec.get("initContainers") or [], spec.get("containers") or [])
+    """(millicores, MiB) that kube-scheduler counts for a pod; RequestError names what to fix
+    (a malformed quantity, a field of the wrong type)."""
+    problem = pod_problem(pod)
+    if problem:
+        raise RequestError(problem)
+    return _pod_cpu_mem(pod.get("spec") or {})
 
 
 def parse_pod(pod: Mapping, defaults: RequestDefaults = RequestDefaults()) -> PodRequest:
@@ -265,7 +272,7 @@ def parse_pod(pod: Mapping, defaults: RequestDefaults = RequestDefaults()) -> Po
     containers = tuple(parse_container(c, init=not _is_sidecar(c), defaults=defaults)
                        for c in init_ctrs) + \
         tuple(parse_container(c, defaults=defaults) for c in app_ctrs)
-    cpu, mem = _pod_cpu_mem(init_ctrs, app_ctrs)
+    cpu, mem = _pod_cpu_mem(spec)
     return PodRequest(
         namespace=str(meta.get("namespace") or "default"), name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""), containers=containers, filters=parse_filters(annotations),

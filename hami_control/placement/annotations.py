@@ -8,7 +8,6 @@ from hami_common import constants as C
 from hami_common import node_register, pod_devices
 from hami_common.errors import HamiFormatError, RequestError
 from hami_common.quantity import cpu_millis, memory_mib
-from hami_common.podshape import pod_problem
 from hami_common.request import pod_cpu_memory
 from hami_control.placement.model import PlacementError
 from hami_control.placement.view import ClusterView, Reservation
@@ -80,10 +79,7 @@ def pod_reservation(pod: Mapping, resource_fit: bool = False,
                                if isinstance(c, Mapping) and c.get("restartPolicy") != "Always")
     cpu = mem = 0
     if resource_fit:
-        problem = pod_problem(pod)
         try:
-            if problem:
-                raise RequestError(problem)
             cpu, mem = pod_cpu_memory(pod)
         except RequestError as e:
             raise HamiFormatError(f"pod {key}: {e}") from e

@@ -29,8 +29,9 @@ def devices(node: str, gpus: int = 2, mem: int = 16384, count: int = 10,
 
 
 def add_gpu_node(core_v1, name: str, cordon: str = "", legacy: bool = False,
-                 **device_options) -> list:
-    """Creates a node publishing GPUs the way the node agent does; returns its DeviceInfos."""
+                 allocatable: dict | None = None, **device_options) -> list:
+    """Creates a node publishing GPUs the way the node agent does (and `allocatable`, e.g. CPU
+    and memory, as kubelet does); returns its DeviceInfos."""
     devs = devices(name, **device_options)
     codec = node_register_legacy if legacy else node_register
     annotations = {C.ANNO_NODE_REGISTER: codec.encode(devs)}
@@ -38,9 +39,9 @@ def add_gpu_node(core_v1, name: str, cordon: str = "", legacy: bool = False,
         annotations[C.ANNO_DEVICE_CORDON] = cordon
     core_v1.create_node({"apiVersion": "v1", "kind": "Node",
                          "metadata": {"name": name, "annotations": annotations}})
-    slots = str(sum(d.count for d in devs))
-    core_v1.patch_node_status(name, {"status": {"capacity": {C.RESOURCE_GPU: slots},
-                                                "allocatable": {C.RESOURCE_GPU: slots}}})
+    resources = {C.RESOURCE_GPU: str(sum(d.count for d in devs)), **(allocatable or {})}
+    core_v1.patch_node_status(name, {"status": {"capacity": resources,
+                                                "allocatable": resources}})
     return devs
 
 

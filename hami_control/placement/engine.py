@@ -134,11 +134,12 @@ class Engine:
         positions = np.flatnonzero(entry.scores == -np.inf)
         if mask is not None:
             positions = positions[mask[positions]]
-        for pos in positions:
-            if entry.reasons[pos] is None:
-                entry.reasons[pos] = self._evaluate(view.nodes[pos], request, gpu_policy,
-                                                    None)[1] or R.NODE_UNKNOWN
-            failed[view.nodes[pos].name] = entry.reasons[pos]
+        reasons, nodes = entry.reasons, view.nodes
+        for pos in positions.tolist():
+            if reasons[pos] is None:
+                reasons[pos] = self._evaluate(nodes[pos], request, gpu_policy,
+                                              None)[1] or R.NODE_UNKNOWN
+            failed[nodes[pos].name] = reasons[pos]
         return failed
 
     def _evaluate(self, node, request, gpu_policy, node_policy) -> tuple:

@@ -55,8 +55,8 @@ _NODE_LEVEL = frozenset((NODE_NO_DEVICES, NODE_INSUFFICIENT_CPU, NODE_INSUFFICIE
 def summarize(failed: dict, total: int) -> str:
     """One line for a refusal: `0/3 nodes are available: 2 CardInsufficientMemory, 1 ...`."""
     per_reason = Counter()
-    for text in failed.values():
+    for text, nodes in Counter(failed.values()).items():     # most nodes share a few texts
         for part in text.split(", "):
-            per_reason[part.split(" ", 1)[1] if part[:1].isdigit() else part] += 1
+            per_reason[part.split(" ", 1)[1] if part[:1].isdigit() else part] += nodes
     detail = ", ".join(f"{n} {r}" for r, n in sorted(per_reason.items(), key=lambda kv: -kv[1]))
     return f"0/{total} nodes are available" + (f": {detail}" if detail else "")

@@ -1,0 +1,113 @@
+"""Filter latency over HTTP on the 1,213-node cluster of Alibaba's trace.
+
+Starts the API server double and `hami-control` as processes, publishes the trace's nodes the
+way node agents do (register annotation, allocatable GPUs), creates pods from the trace in a
+seeded arrival order, and times kube-scheduler's filter call for each (NodeNames: every node,
+as nodeCacheCapable sends them). Prints the figures as name=value lines.
+
+    python bench/filter_latency.py [--pods N] [--seed 42] [--policy fragaware]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from hami_common import constants as C
+from hami_common import node_register
+from hami_control.launch import start_control
+from hami_sim.extender_client import JsonHttp
+from hami_sim.launch import start_apiserver
+from hami_sim.replay.arrivals import arrivals
+from hami_sim.replay.trace import load_nodes, load_pods
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "openb"
+if not TRACES.exists():
+    TRACES = Path("/work/shared/traces/openb")
+
+
+def publish_nodes(api: JsonHttp, nodes, split_count: int = 10) -> None:
+    """Each trace node as a Node with its GPUs registered and CPU/memory/GPU capacity."""
+    for n in nodes:
+        devices = n.devices(split_count)
+        body = {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": n.name, "annotations": {C.ANNO_NODE_REGISTER: node_register.encode(devices)}}}
+        status, answer = api.post("/api/v1/nodes", body)
+        assert status == 201, answer
+        capacity = {"cpu": f"{n.cpu_milli}m", "memory": f"{n.memory_mib}Mi",
+                    C.RESOURCE_GPU: str(len(devices) * split_count), "pods": "110"}
+        status, answer = api.post(f"/api/v1/nodes/{n.name}/status", {"status": {
+            "capacity": capacity, "allocatable": capacity}}, "PATCH",
+            "application/merge-patch+json")
+        assert status == 200, answer
+
+
+def pod_manifest(trace_pod, name: str, namespace: str = "default") -> dict:
+    """The trace pod as a user would submit it (with the fields the API server requires)."""
+    pod = trace_pod.pod_object(name=name, namespace=namespace)
+    pod.update(apiVersion="v1", kind="Pod")
+    for ctr in pod["spec"]["containers"]:
+        ctr.setdefault("image", "trace/workload:1")
+    return pod
+
+
+def percentile(values, q: float) -> float:
+    """The q-th percentile (nearest rank) of values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered))) - 1))]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--nodes", default=str(TRACES / "openb_node_list_gpu_node.csv"))
+    p.add_argument("--pod-list", default=str(TRACES / "openb_pod_list_default.csv"))
+    p.add_argument("--pods", type=int, default=0,
+                   help="filter only the first N arrivals (default: all, ~10,800 for seed 42)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--policy", default="fragaware")
+    args = p.parse_args(argv)
+    nodes, pods = load_nodes(args.nodes), load_pods(args.pod_list)
+    sequence = arrivals(pods, sum(n.gpus for n in nodes), args.seed)[:args.pods or None]
+    apiserver = start_apiserver(process=True, extra_args=["--watch-queue", "100000"])
+    control = None
+    try:
+        api = JsonHttp(apiserver.url)
+        publish_nodes(api, nodes)
+        control = start_control(apiserver.kubeconfig, process=True, extra_args=[
+            "--no-leader-elect", "--handshake-interval", "0", "--log-level", "warning",
+            "--node-scheduler-policy", args.policy, "--gpu-scheduler-policy", args.policy])
+        names = [n.name for n in nodes]
+        durations, placed = [], 0
+        start = time.perf_counter()
+        for i, trace_pod in enumerate(sequence):
+            pod = control.client.admit(pod_manifest(trace_pod, f"pod-{i}"))
+            status, stored = api.post("/api/v1/namespaces/default/pods", pod)
+            assert status == 201, stored
+            t0 = time.perf_counter()
+            result = control.client.filter(stored, names)
+            durations.append(time.perf_counter() - t0)
+            assert not result["Error"], result["Error"]
+            placed += bool(result["NodeNames"])
+        wall = time.perf_counter() - start
+    finally:
+        if control is not None:
+            control.stop()
+        apiserver.stop()
+    ms = [d * 1000 for d in durations]
+    print(f"{len(ms)} filter calls over {len(names)} nodes ({placed} placed), seed {args.seed}, "
+          f"policy {args.policy}, {wall:.1f} s")
+    print(f"filter_p50_ms={percentile(ms, 50):.2f}")
+    print(f"filter_p99_ms={percentile(ms, 99):.2f}")
+    print(f"filter_mean_ms={statistics.fmean(ms):.2f}")
+    print(f"filter_max_ms={max(ms):.2f}")
+    print(json.dumps({"filter_p50_ms": round(percentile(ms, 50), 3),
+                      "filter_p99_ms": round(percentile(ms, 99), 3), "pods": len(ms),
+                      "nodes": len(names), "seed": args.seed, "policy": args.policy}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

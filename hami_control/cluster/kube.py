@@ -1,0 +1,217 @@
+"""KubeApi: every cluster boundary of hami-control, through the official Kubernetes client.
+
+Calls pass `_preload_content=False` and decode the JSON themselves: the client's models cost
+milliseconds per pod, and its Binding model fails on the Status the server answers. Watches
+read the chunked stream line by line for the same reason.
+"""
+import json
+import logging
+import threading
+from typing import Iterator, Mapping, Optional
+
+from hami_control.cluster.api import ApiError, Conflict, Expired, Invalid, NotFound
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+_ERRORS = {404: NotFound, 409: Conflict, 410: Expired, 422: Invalid}
+_POOL_SIZE = 32          # concurrent binds + two long watches share one connection pool
+
+
+def api_error(status: int, body, fallback: str) -> ApiError:
+    """The ApiError for an HTTP status and a (JSON Status) body."""
+    reason, message = "", fallback
+    try:
+        status_obj = json.loads(body) if body else {}
+        if isinstance(status_obj, dict):
+            reason = str(status_obj.get("reason") or "")
+            message = str(status_obj.get("message") or fallback)
+    except (ValueError, TypeError):
+        pass        # not JSON: keep the client's text
+    return _ERRORS.get(status, ApiError)(status, reason or "Error", message)
+
+
+def make_api_client(kubeconfig: Optional[str] = None):
+    """An ApiClient from a kubeconfig file, else the in-cluster service account, else the
+    default kubeconfig ($KUBECONFIG, ~/.kube/config)."""
+    import os
+
+    from kubernetes import client, config
+    cfg = client.Configuration()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(client_configuration=cfg)
+    except (config.ConfigException, OSError, ValueError) as e:
+        raise ApiError(0, "Config", f"cannot load the Kubernetes client configuration "
+                                    f"({kubeconfig or 'in-cluster/default'}): {e}") from e
+    cfg.connection_pool_maxsize = _POOL_SIZE
+    return client.ApiClient(cfg)
+
+
+class KubeApi:
+    """WatchSource, PodNodeApi, LeaseApi and NamespaceApi over one kubernetes ApiClient."""
+
+    def __init__(self, api_client, request_timeout: float = 30.0):
+        from kubernetes import client
+        self._client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._leases = client.CoordinationV1Api(api_client)
+        self._timeout = request_timeout
+        self._watches: set = set()
+        self._watch_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Ends the watches and closes the client's connections."""
+        self.close_watches()
+        self._client.close()
+
+    # --- plumbing ------------------------------------------------------------------------
+    def _call(self, func, *args, **kwargs):
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+        kwargs.setdefault("_request_timeout", self._timeout)
+        try:
+            resp = func(*args, _preload_content=False, **kwargs)
+            data = resp.data
+        except ApiException as e:
+            raise api_error(e.status or 0, e.body, str(e.reason)) from e
+        except HTTPError as e:
+            raise ApiError(0, "Unreachable", f"the API server did not answer: {e}") from e
+        try:
+            return json.loads(data) if data else {}
+        except ValueError as e:
+            raise ApiError(resp.status, "BadResponse", f"the API server answered non-JSON "
+                                                       f"({data[:80]!r})") from e
+
+    def _get(self, func, *args) -> Optional[dict]:
+        try:
+            return self._call(func, *args)
+        except NotFound:
+            return None
+
+    # --- WatchSource ---------------------------------------------------------------------
+    def _lister(self, kind: str):
+        if kind == "nodes":
+            return self._core.list_node
+        if kind == "pods":
+            return self._core.list_pod_for_all_namespaces
+        raise ValueError(f"cannot list {kind!r}; nodes or pods")
+
+    def list(self, kind: str, field_selector: str = "") -> tuple:
+        body = self._call(self._lister(kind), field_selector=field_selector or None)
+        return body.get("items") or [], str((body.get("metadata") or {}).get("resourceVersion")
+                                            or "")
+
+    def watch(self, kind: str, resource_version: str, timeout_s: float,
+              field_selector: str = "") -> Iterator[tuple]:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+        try:
+            resp = self._lister(kind)(
+                watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                field_selector=field_selector or None,
+                timeout_seconds=max(1, int(timeout_s)), _preload_content=False,
+                _request_timeout=(10, timeout_s + 30))
+        except ApiException as e:
+            raise api_error(e.status or 0, e.body, str(e.reason)) from e
+        except HTTPError as e:
+            raise ApiError(0, "Unreachable", f"watch {kind}: {e}") from e
+        with self._watch_lock:
+            self._watches.add(resp)
+        try:
+            yield from _events(resp, kind)
+        finally:
+            with self._watch_lock:
+                self._watches.discard(resp)
+            resp.release_conn()
+
+    def close_watches(self) -> None:
+        with self._watch_lock:
+            open_watches = list(self._watches)
+        for resp in open_watches:
+            try:
+                resp.shutdown()  # unblocks a reader waiting in recv (urllib3 >= 2.3)
+            except (AttributeError, OSError):
+                resp.close()
+
+    # --- PodNodeApi ----------------------------------------------------------------------
+    def get_pod(self, namespace: str, name: str) -> Optional[dict]:
+        return self._get(self._core.read_namespaced_pod, name, namespace)
+
+    def patch_pod_annotations(self, namespace: str, name: str,
+                              annotations: Mapping[str, Optional[str]]) -> dict:
+        return self._call(self._core.patch_namespaced_pod, name, namespace,
+                          {"metadata": {"annotations": dict(annotations)}},
+                          _content_type=MERGE_PATCH)
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str,
+                 annotations: Mapping[str, str]) -> None:
+        meta = {"name": name, "namespace": namespace, "annotations": dict(annotations)}
+        if uid:
+            meta["uid"] = uid        # the API server refuses the bind for another pod's UID
+        self._call(self._core.create_namespaced_binding, namespace,
+                   {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+    def get_node(self, name: str) -> Optional[dict]:
+        return self._get(self._core.read_node, name)
+
+    def patch_node_annotations(self, name: str, annotations: Mapping[str, Optional[str]],
+                               resource_version: Optional[str] = None) -> dict:
+        meta: dict = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        return self._call(self._core.patch_node, name, {"metadata": meta},
+                          _content_type=MERGE_PATCH)
+
+    def json_patch_node(self, name: str, operations: list) -> dict:
+        return self._call(self._core.patch_node, name, operations, _content_type=JSON_PATCH)
+
+    def create_event(self, namespace: str, event: dict) -> None:
+        self._call(self._core.create_namespaced_event, namespace, event)
+
+    # --- LeaseApi ------------------------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> Optional[dict]:
+        return self._get(self._leases.read_namespaced_lease, name, namespace)
+
+    def create_lease(self, namespace: str, lease: dict) -> dict:
+        return self._call(self._leases.create_namespaced_lease, namespace, lease)
+
+    def replace_lease(self, namespace: str, name: str, lease: dict) -> dict:
+        return self._call(self._leases.replace_namespaced_lease, name, namespace, lease)
+
+    # --- NamespaceApi --------------------------------------------------------------------
+    def get_namespace(self, name: str) -> Optional[dict]:
+        return self._get(self._core.read_namespace, name)
+
+
+def _lines(resp) -> Iterator[bytes]:
+    buffer = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
+
+
+def _events(resp, kind: str) -> Iterator[tuple]:
+    from urllib3.exceptions import HTTPError
+    try:
+        for line in _lines(resp):
+            event = json.loads(line)
+            etype, obj = event.get("type"), event.get("object") or {}
+            if etype == "ERROR":
+                raise api_error(int(obj.get("code") or 0), json.dumps(obj),
+                                f"watch {kind} failed")
+            yield etype, obj
+    except (HTTPError, OSError, ValueError) as e:
+        # A dropped or garbled stream: the caller re-watches from the last version it saw.
+        log.info("watch %s ended: %s", kind, e)

@@ -1,0 +1,239 @@
+"""ClusterSync: keeps the SchedulerState current from the API server by list + watch.
+
+One thread per kind (nodes, pods): list, apply, watch from the list's version; a watch that
+ends or breaks is resumed from the last version seen, a 410 (version too old) or a resync
+period leads to a fresh list, reconciled with what the state holds. A third thread applies the
+handshake rule as time passes and, on the leader, writes the handshake requests.
+"""
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from hami_common import constants as C
+from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK
+from hami_common.errors import HamiFormatError
+from hami_control.clock import Clock, SystemClock
+from hami_control.cluster import handshake
+from hami_control.cluster.api import ApiError, Expired
+from hami_control.cluster.objects import (annotations, node_registration, pod_key,
+                                          pod_reservation, resource_version)
+
+log = logging.getLogger(__name__)
+KINDS = ("nodes", "pods")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """The latest state of a node as the watch delivered it."""
+
+    registration: object          # NodeRegistration or None
+    health: handshake.NodeHealth
+    resource_version: str
+    lock: Optional[str]
+
+
+class ClusterSync:
+    """List + watch of nodes and pods into a SchedulerState."""
+
+    def __init__(self, source, state, clock: Clock = SystemClock(), resync_s: float = 300.0,
+                 handshake_interval_s: float = 30.0, writer=None,
+                 is_leader: Callable[[], bool] = lambda: True, backoff_s: float = 1.0,
+                 pod_selector: str = ""):
+        self.source, self.state, self.clock = source, state, clock
+        self.resync_s, self.backoff_s = resync_s, backoff_s
+        self.selectors = {"nodes": "", "pods": pod_selector}
+        self.handshake_interval_s, self.writer, self.is_leader = \
+            handshake_interval_s, writer, is_leader
+        self._nodes: dict = {}
+        self._nodes_lock = threading.Lock()
+        self._bad_registrations: dict = {}
+        self._synced = {kind: threading.Event() for kind in KINDS}
+        self._stop = threading.Event()
+        self._threads: list = []
+
+    # --- lifecycle -----------------------------------------------------------------------
+    def start(self) -> "ClusterSync":
+        """Starts the sync threads."""
+        targets = [(self._run, (kind,), f"sync-{kind}") for kind in KINDS]
+        targets.append((self._health_loop, (), "sync-handshake"))
+        for target, args, name in targets:
+            thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        """Stops the threads (ending their watches)."""
+        self._stop.set()
+        self.source.close_watches()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    @property
+    def synced(self) -> bool:
+        """Whether nodes and pods have both been listed once."""
+        return all(event.is_set() for event in self._synced.values())
+
+    def wait_synced(self, timeout: float) -> bool:
+        """Waits until synced; False on timeout."""
+        deadline = self.clock.monotonic() + timeout
+        for event in self._synced.values():
+            if not event.wait(max(0.0, deadline - self.clock.monotonic())):
+                return False
+        return True
+
+    @property
+    def healthy(self) -> bool:
+        """Whether every sync thread still runs (a dead one is a bug: restart the process)."""
+        return all(t.is_alive() for t in self._threads) or self._stop.is_set()
+
+    def node_info(self, name: str) -> Optional[NodeInfo]:
+        """The node as last seen, or None."""
+        with self._nodes_lock:
+            return self._nodes.get(name)
+
+    # --- list + watch --------------------------------------------------------------------
+    def _run(self, kind: str) -> None:
+        rv = None
+        next_list = 0.0
+        while not self._stop.is_set():
+            try:
+                if rv is None or self.clock.monotonic() >= next_list:
+                    rv = self._relist(kind)
+                    next_list = self.clock.monotonic() + self.resync_s
+                timeout = max(1.0, next_list - self.clock.monotonic())
+                for etype, obj in self.source.watch(kind, rv, timeout, self.selectors[kind]):
+                    if self._stop.is_set():
+                        return
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if etype != "BOOKMARK":
+                        self._apply(kind, etype, obj)
+            except Expired:
+                log.info("watch %s: version %s expired; listing again", kind, rv)
+                rv = None
+            except ApiError as e:
+                log.warning("sync %s: %s; retrying in %.1f s", kind, e, self.backoff_s)
+                self._stop.wait(self.backoff_s)
+
+    def _relist(self, kind: str) -> str:
+        items, rv = self.source.list(kind, self.selectors[kind])
+        for obj in items:
+            self._apply(kind, "ADDED", obj)
+        if kind == "pods":
+            gone = self.state.reconcile_pods((pod_key(o) for o in items), _int(rv))
+            if gone:
+                log.info("relist: %d pods were deleted while unwatched; released", gone)
+        else:
+            self._reconcile_nodes({(o.get("metadata") or {}).get("name") for o in items})
+        self._synced[kind].set()
+        log.debug("listed %d %s at version %s", len(items), kind, rv)
+        return rv
+
+    def _apply(self, kind: str, etype: str, obj: dict) -> None:
+        if kind == "pods":
+            self._apply_pod(obj, deleted=etype == "DELETED")
+        else:
+            self._apply_node(obj, deleted=etype == "DELETED")
+
+    # --- pods ----------------------------------------------------------------------------
+    def _apply_pod(self, pod: dict, deleted: bool) -> None:
+        key = pod_key(pod)
+        reservation = None
+        if not deleted:
+            try:
+                reservation = pod_reservation(pod)
+            except HamiFormatError as e:
+                log.warning("pod %s: unreadable GPU annotations, counted as holding nothing: %s",
+                            key, e)
+        self.state.apply_pod(key, resource_version(pod), reservation, deleted)
+
+    # --- nodes ---------------------------------------------------------------------------
+    def _registration(self, name: str, node: dict):
+        # Most node events (lock, handshake, status) leave the registration as it was: reuse it.
+        known = self.node_info(name)
+        annos = annotations(node)
+        if known is not None and known.registration is not None and \
+                known.registration.raw == annos.get(C.ANNO_NODE_REGISTER) and \
+                known.registration.cordon == annos.get(C.ANNO_DEVICE_CORDON, ""):
+            return known.registration
+        try:
+            registration = node_registration(node)
+        except HamiFormatError as e:
+            raw = annos.get(C.ANNO_NODE_REGISTER)
+            if self._bad_registrations.get(name) != raw:
+                self._bad_registrations[name] = raw
+                log.warning("node %s: its GPU registration is unreadable, so it gets no GPU "
+                            "pods until its agent publishes a valid one: %s", name, e)
+            return None
+        self._bad_registrations.pop(name, None)
+        return registration
+
+    def _apply_node(self, node: dict, deleted: bool) -> None:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return
+        if deleted:
+            with self._nodes_lock:
+                self._nodes.pop(name, None)
+            self.state.remove_node(name)
+            return
+        info = NodeInfo(self._registration(name, node), handshake.NodeHealth.of(node),
+                        str(meta.get("resourceVersion") or ""),
+                        annotations(node).get(ANNO_NODE_LOCK))
+        with self._nodes_lock:
+            self._nodes[name] = info
+        self._evaluate(name, info)
+
+    def _evaluate(self, name: str, info: NodeInfo) -> None:
+        if info.registration is None:
+            if self.state.remove_node(name):
+                log.info("node %s publishes no GPUs any more; removed from placement", name)
+        elif info.health.gone(self.clock.now()):
+            if self.state.remove_node(name):
+                log.warning("node %s: its agent left the handshake unanswered for 60 s and "
+                            "kubelet offers no GPU; removed from placement until it reports",
+                            name)
+        elif self.state.apply_node(name, info.registration):
+            log.debug("node %s registered %d GPUs", name, len(info.registration.devices))
+
+    def _reconcile_nodes(self, present: set) -> None:
+        with self._nodes_lock:
+            missing = [n for n in self._nodes if n not in present]
+            for name in missing:
+                del self._nodes[name]
+        for name in set(missing) | (set(self.state.node_names()) - present):
+            self.state.remove_node(name)
+
+    # --- handshake -----------------------------------------------------------------------
+    def _health_loop(self) -> None:
+        period = min(10.0, self.handshake_interval_s or 10.0)
+        last_request = None
+        while not self._stop.wait(period):
+            with self._nodes_lock:
+                nodes = list(self._nodes.items())
+            for name, info in nodes:
+                self._evaluate(name, info)
+            now = self.clock.monotonic()
+            if self.handshake_interval_s and self.writer is not None and self.is_leader() and \
+                    (last_request is None or now - last_request >= self.handshake_interval_s):
+                last_request = now
+                self._request_handshakes(nodes)
+
+    def _request_handshakes(self, nodes) -> None:
+        value = handshake.request_value(self.clock.now())
+        for name, info in nodes:
+            if info.registration is None or not info.health.needs_request():
+                continue
+            try:
+                self.writer.patch_node_annotations(name, {ANNO_NODE_HANDSHAKE: value})
+            except ApiError as e:
+                log.warning("node %s: could not write %s: %s", name, ANNO_NODE_HANDSHAKE, e)
+
+
+def _int(value) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

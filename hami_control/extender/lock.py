@@ -1,0 +1,113 @@
+"""`hami.io/mutex.lock`: the per-node bind lock, shared with HAMi's scheduler and node agents.
+
+Taken at bind by a compare-and-swap on the node's resourceVersion (two binds never both win),
+released by the node agent once it has allocated the pod's devices, or by the extender at once
+when the bind fails. A lock older than its expiry, or whose owner pod no longer exists, is
+taken over; a lock without an owner (old HAMi) only expires.
+"""
+import logging
+from datetime import timedelta
+from typing import Callable, Optional
+
+from hami_common import node_lock
+from hami_common.constants import ANNO_NODE_LOCK
+from hami_common.errors import HamiFormatError
+from hami_control.cluster.api import ApiError, Conflict, Invalid, NotFound
+from hami_control.cluster.objects import annotations
+from hami_control.errors import LockError
+
+log = logging.getLogger(__name__)
+_ATTEMPTS = 4
+_POINTER = "/metadata/annotations/" + ANNO_NODE_LOCK.replace("~", "~0").replace("/", "~1")
+
+
+class NodeLocker:
+    """Takes and releases node locks for pods; `cached` gives the node as last watched."""
+
+    def __init__(self, api, clock, expiry: timedelta = node_lock.LOCK_EXPIRY,
+                 cached: Callable[[str], Optional[tuple]] = lambda name: None):
+        self.api, self.clock, self.expiry, self.cached = api, clock, expiry, cached
+
+    def acquire(self, node: str, namespace: str, pod: str) -> str:
+        """Locks node for namespace/pod; returns the lock value. LockError says who holds it."""
+        value = node_lock.encode(node_lock.NodeLock(self.clock.now(), namespace, pod))
+        # The watched copy saves a GET when it is current; a stale one only costs a Conflict.
+        known = self.cached(node)
+        from_cache = known is not None
+        for _ in range(_ATTEMPTS):
+            if known is None:
+                known, from_cache = self._read(node), False
+            rv, current = known
+            if current and not self._free(node, current, namespace, pod, ask=not from_cache):
+                if from_cache:
+                    known = None                 # confirm with the API server before refusing
+                    continue
+                raise self._held(node, current)
+            try:
+                self.api.patch_node_annotations(node, {ANNO_NODE_LOCK: value}, rv)
+                return value
+            except Conflict:
+                known = None                     # the node changed: read it and judge again
+            except ApiError as e:
+                raise LockError(f"could not lock node {node}: {e}") from e
+        raise LockError(f"node {node} changed under every attempt to lock it; kube-scheduler "
+                        "retries the pod")
+
+    def _read(self, node: str) -> tuple:
+        try:
+            obj = self.api.get_node(node)
+        except ApiError as e:
+            raise LockError(f"could not read node {node} to lock it: {e}") from e
+        if obj is None:
+            raise LockError(f"node {node} does not exist")
+        return (obj.get("metadata") or {}).get("resourceVersion"), \
+            annotations(obj).get(ANNO_NODE_LOCK)
+
+    def _free(self, node: str, current: str, namespace: str, pod: str, ask: bool) -> bool:
+        """Whether a held lock may be taken: ours already, expired, or (when `ask`, which costs
+        a GET) its owner pod gone."""
+        try:
+            lock = node_lock.decode(current)
+        except HamiFormatError as e:
+            log.warning("node %s: unreadable lock %r taken over: %s", node, current, e)
+            return True
+        if (lock.namespace, lock.pod) == (namespace, pod):
+            return True
+        if lock.expired(self.clock.now(), self.expiry):
+            log.info("node %s: lock of %s/%s expired; taken over", node, lock.namespace, lock.pod)
+            return True
+        if ask and lock.pod and self._pod_gone(lock.namespace, lock.pod):
+            log.info("node %s: lock owner %s/%s no longer exists; taken over", node,
+                     lock.namespace, lock.pod)
+            return True
+        return False
+
+    def _pod_gone(self, namespace: str, pod: str) -> bool:
+        try:
+            return self.api.get_pod(namespace, pod) is None
+        except ApiError:
+            return False          # unknown: assume the owner is alive
+
+    def _held(self, node: str, current: str) -> LockError:
+        lock = node_lock.decode(current)
+        owner = f"{lock.namespace}/{lock.pod}" if lock.pod else "an unnamed pod"
+        return LockError(
+            f"node {node} is locked by {owner} since {node_lock.format_time(lock.time)} (its "
+            f"GPUs are being allocated); the lock is released when the node agent has "
+            f"allocated them, taken over after {int(self.expiry.total_seconds())} s or when "
+            f"that pod is deleted; kube-scheduler retries this pod")
+
+    def release(self, node: str, value: str) -> bool:
+        """Removes the lock if it still is `value` (one atomic JSON patch); True if removed."""
+        return release_node_lock(self.api, node, value)
+
+
+def release_node_lock(api, node: str, value: str) -> bool:
+    """Removes node's lock if it still holds `value` (what the node agent does after Allocate);
+    False when it holds something else or nothing."""
+    try:
+        api.json_patch_node(node, [{"op": "test", "path": _POINTER, "value": value},
+                                   {"op": "remove", "path": _POINTER}])
+        return True
+    except (Invalid, NotFound):
+        return False              # no longer ours (taken over or already released)

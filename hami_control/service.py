@@ -1,0 +1,117 @@
+"""ControlPlane: wires the pieces of hami-control together (state, sync, leader election,
+handlers, metrics, HTTP server) from a ControlConfig and the injected boundaries."""
+import logging
+from datetime import timedelta
+from typing import Optional
+
+from hami_control.clock import Clock, SystemClock
+from hami_control.cluster.leader import AlwaysLeader, LeaderElector
+from hami_control.cluster.sync import ClusterSync
+from hami_control.config import ControlConfig
+from hami_control.errors import ConfigError
+from hami_control.extender.bind import BindHandler
+from hami_control.extender.filter import FilterHandler
+from hami_control.extender.lock import NodeLocker
+from hami_control.extender.writes import DecisionWriter
+from hami_control.metrics import ControlMetrics
+from hami_control.placement import PlacementError
+from hami_control.placement.registry import SERVER_POLICIES
+from hami_control.server.app import Endpoints, make_app
+from hami_control.server.wsgi import HttpServer
+from hami_control.state import make_state
+from hami_control.webhook.admission import Webhook
+from hami_control.webhook.namespaces import NamespaceLabels
+
+log = logging.getLogger(__name__)
+
+
+def _state(config: ControlConfig):
+    for flag, name in (("--node-scheduler-policy", config.node_policy),
+                       ("--gpu-scheduler-policy", config.gpu_policy)):
+        if name not in SERVER_POLICIES:
+            raise ConfigError(flag, f"unknown policy {name!r}; use one of "
+                                    f"{', '.join(SERVER_POLICIES)}")
+    try:
+        return make_state(config.node_policy, config.gpu_policy)
+    except PlacementError as e:
+        raise ConfigError("--node-scheduler-policy/--gpu-scheduler-policy", str(e)) from e
+
+
+class ControlPlane:
+    """One hami-control replica. `api` implements the cluster Protocols (cluster/api.py)."""
+
+    def __init__(self, config: ControlConfig, api, clock: Clock = SystemClock(),
+                 metrics: Optional[ControlMetrics] = None):
+        self.config, self.api, self.clock = config, api, clock
+        self.state = _state(config)
+        self.leader = LeaderElector(api, config.lease, clock) if config.lease.enabled \
+            else AlwaysLeader()
+        self.sync = ClusterSync(api, self.state, clock, config.resync_s,
+                                config.handshake_interval_s, writer=api,
+                                is_leader=lambda: self.leader.is_leader,
+                                pod_selector="" if config.all_pods else
+                                f"spec.schedulerName={config.scheduler_name}")
+        self.metrics = metrics or ControlMetrics()
+        self.metrics.watch(self.state, self._status)
+        locker = NodeLocker(api, clock, timedelta(seconds=config.lock_expiry_s),
+                            cached=self._cached_lock)
+        self.writer = DecisionWriter()
+        self.filter = FilterHandler(self.state, api, self.leader, clock, config.defaults,
+                                    self.metrics, synced=lambda: self.sync.synced,
+                                    writer=self.writer)
+        self.bind = BindHandler(self.state, api, self.leader, locker, clock,
+                                config.scheduler_name, config.defaults, self.metrics,
+                                synced=lambda: self.sync.synced, writer=self.writer,
+                                asked_no_gpu=self.filter.asked_no_gpu)
+        self.webhook = Webhook(config.scheduler_name, config.defaults,
+                               NamespaceLabels(api, clock))
+        self.app = make_app(Endpoints(self.webhook, self.filter, self.bind, self.healthz,
+                                      self.readyz, self.metrics.render, self.metrics.observe,
+                                      self.metrics.result), config.max_body)
+        self.server: Optional[HttpServer] = None
+
+    def _cached_lock(self, node: str):
+        info = self.sync.node_info(node)
+        return None if info is None else (info.resource_version, info.lock)
+
+    def _status(self) -> dict:
+        return {"hami_control_leader": ("1 while this replica leads", int(self.leader.is_leader)),
+                "hami_control_synced": ("1 once nodes and pods are listed", int(self.sync.synced))}
+
+    def start(self) -> "ControlPlane":
+        """Starts the sync, the election and the HTTP server (ConfigError if it cannot bind)."""
+        cfg = self.config
+        self.server = HttpServer(self.app, cfg.host, cfg.port, cfg.threads, cfg.tls_cert,
+                                 cfg.tls_key).start()
+        self.sync.start()
+        self.leader.start()
+        return self
+
+    def stop(self) -> None:
+        """Stops serving, gives the Lease up, stops the sync."""
+        if self.server is not None:
+            self.server.stop()
+        self.writer.close()
+        self.leader.stop()
+        self.sync.stop()
+
+    @property
+    def url(self) -> str:
+        """Where it serves."""
+        return self.server.url if self.server else ""
+
+    def healthz(self) -> tuple:
+        """Alive unless a sync thread died."""
+        if not self.sync.healthy:
+            return False, "a cluster sync thread stopped (see the log); restart hami-control"
+        return True, "ok"
+
+    def readyz(self) -> tuple:
+        """Ready once the view is synced and this replica leads."""
+        problems = []
+        if not self.sync.synced:
+            problems.append("the cluster view is not synced yet (listing nodes and pods)")
+        if not self.leader.is_leader:
+            problems.append(f"not the leader (the lease is held by "
+                            f"{self.leader.holder or 'nobody yet'})")
+        return (not problems), "; ".join(problems) or "ready"

@@ -1,0 +1,139 @@
+"""deploy/: every manifest is a valid Kubernetes object (deserialised into the official
+client's models, no field lost on the way back), the pieces agree with each other and with
+hami-control (routes, flags, RBAC for every call it makes), and the certificate script works."""
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from hami_common import constants as C
+from hami_control.config import parser
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+MODELS = {"Namespace": "V1Namespace", "ServiceAccount": "V1ServiceAccount",
+          "ClusterRole": "V1ClusterRole", "ClusterRoleBinding": "V1ClusterRoleBinding",
+          "Role": "V1Role", "RoleBinding": "V1RoleBinding", "ConfigMap": "V1ConfigMap",
+          "Service": "V1Service", "Deployment": "V1Deployment",
+          "MutatingWebhookConfiguration": "V1MutatingWebhookConfiguration"}
+# KubeSchedulerConfiguration extender keys (protocols section 2).
+EXTENDER_KEYS = {"urlPrefix", "filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb",
+                 "weight", "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable",
+                 "managedResources", "ignorable"}
+TLS_KEYS = {"insecure", "serverName", "certFile", "keyFile", "caFile", "certData", "keyData",
+            "caData"}
+
+
+def _documents() -> list:
+    files = sorted(DEPLOY.glob("hami-control*.yaml")) + sorted(DEPLOY.glob("scheduler*.yaml"))
+    assert files, "no manifests"
+    return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
+
+
+DOCS = _documents()
+
+
+def _by_kind(kind: str) -> list:
+    return [d for d in DOCS if d["kind"] == kind]
+
+
+def _subset(original, roundtrip, path="") -> None:
+    if isinstance(original, dict):
+        assert isinstance(roundtrip, dict), path
+        for key, value in original.items():
+            assert key in roundtrip, f"unknown field {path}.{key}"
+            _subset(value, roundtrip[key], f"{path}.{key}")
+    elif isinstance(original, list):
+        assert len(original) == len(roundtrip), path
+        for i, (a, b) in enumerate(zip(original, roundtrip)):
+            _subset(a, b, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[f"{d['kind']}/{d['metadata']['name']}" for d in DOCS])
+def test_valid_object(doc):
+    """Required fields are enforced by the models; unknown ones are lost on the way back."""
+    api = client.ApiClient()
+    model = api.deserialize(json.dumps(doc), MODELS[doc["kind"]], "application/json")
+    _subset(doc, api.sanitize_for_serialization(model))
+
+
+def _scheduler_config() -> dict:
+    data = _by_kind("ConfigMap")[0]["data"]["scheduler-config.yaml"]
+    return yaml.safe_load(data)
+
+
+def test_scheduler_configuration_names_the_extender():
+    config = _scheduler_config()
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert [p["schedulerName"] for p in config["profiles"]] == [C.SCHEDULER_NAME]
+    (extender,) = config["extenders"]
+    assert set(extender) <= EXTENDER_KEYS and set(extender["tlsConfig"]) <= TLS_KEYS
+    assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
+    assert extender["nodeCacheCapable"] is True and extender["enableHTTPS"] is True
+    assert {r["name"] for r in extender["managedResources"]} == set(C.GPU_RESOURCES)
+    assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
+    service = _by_kind("Service")[0]
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
+    assert extender["urlPrefix"] == f"https://{host}:{service['spec']['ports'][0]['port']}"
+    assert extender["tlsConfig"]["serverName"] == host
+
+
+def test_routes_exist_for_the_verbs_and_the_webhook_path():
+    from hami_control.server.app import Endpoints, make_app
+    app = make_app(Endpoints(*([lambda *a: {}] * 6)), 1024)
+    routes = {(r.method, r.rule) for r in app.routes}
+    webhook = _by_kind("MutatingWebhookConfiguration")[0]["webhooks"][0]
+    for path in ("/filter", "/bind", webhook["clientConfig"]["service"]["path"]):
+        assert ("POST", path) in routes
+    assert set(webhook["admissionReviewVersions"]) == {"v1", "v1beta1"}
+
+
+def test_deployment_agrees_with_service_and_flags():
+    deployment, service = _by_kind("Deployment")[0], _by_kind("Service")[0]
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    control = containers["hami-control"]
+    assert service["spec"]["ports"][0]["targetPort"] in [p["name"] for p in control["ports"]]
+    args = parser().parse_args(control["args"])        # every flag exists
+    assert args.tls_cert and args.tls_key
+    mounts = {m["mountPath"] for m in containers["kube-scheduler"]["volumeMounts"]}
+    assert "/etc/hami-control/tls" in mounts
+    assert _scheduler_config()["extenders"][0]["tlsConfig"]["caFile"].startswith(
+        "/etc/hami-control/tls/")
+
+
+NEEDED = [("", "nodes", v) for v in ("get", "list", "watch", "patch")] + \
+    [("", "pods", v) for v in ("get", "list", "watch", "patch")] + \
+    [("", "bindings", "create"), ("", "events", "create"), ("", "namespaces", "get")] + \
+    [("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")]
+
+
+def _allows(rules, group, resource, verb) -> bool:
+    return any(group in r.get("apiGroups", []) and resource in r.get("resources", [])
+               and verb in r.get("verbs", []) for r in rules)
+
+
+@pytest.mark.parametrize("group,resource,verb", NEEDED, ids=[f"{r}-{v}" for _, r, v in NEEDED])
+def test_rbac_allows_every_call_and_little_else(group, resource, verb):
+    rules = [r for kind in ("ClusterRole", "Role") for d in _by_kind(kind) for r in d["rules"]]
+    assert _allows(rules, group, resource, verb)
+    cluster_rules = _by_kind("ClusterRole")[0]["rules"]
+    assert not any("*" in r.get("verbs", []) + r.get("resources", []) for r in cluster_rules)
+    assert not _allows(cluster_rules, "", "pods", "delete")
+    assert not _allows(cluster_rules, "", "secrets", "get")
+
+
+def test_certificate_script(tmp_path):
+    out = tmp_path / "certs"
+    subprocess.run(["sh", str(DEPLOY / "hami-control-certs.sh"), "--out", str(out),
+                    "--out-only", "--days", "2"], check=True, capture_output=True, timeout=60)
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(out / "ca.crt"),
+                             str(out / "tls.crt")], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stderr
+    text = subprocess.run(["openssl", "x509", "-in", str(out / "tls.crt"), "-noout", "-text"],
+                          capture_output=True, text=True).stdout
+    assert "DNS:hami-control.hami-system.svc" in text

@@ -57,6 +57,20 @@ def _namespace(res: Resource, meta: dict, namespace: str | None) -> None:
     meta["namespace"] = namespace
 
 
+def _quantities_as_strings(resources) -> None:
+    """The real server stores every quantity as a string, also one sent as a JSON number
+    (`nvidia.com/gpu: 1` in YAML applied by kubectl); clients' models accept only strings.
+    (It also canonicalises them, 1000 -> "1k"; the double keeps the digits.)"""
+    if not isinstance(resources, dict):
+        return
+    for part in ("limits", "requests"):
+        values = resources.get(part)
+        if isinstance(values, dict):
+            for name, qty in values.items():
+                if isinstance(qty, (int, float)) and not isinstance(qty, bool):
+                    values[name] = str(int(qty)) if float(qty).is_integer() else repr(qty)
+
+
 def _pod_defaults(pod: dict) -> None:
     spec = pod.setdefault("spec", {})
     if not isinstance(spec, dict):
@@ -74,6 +88,7 @@ def _pod_defaults(pod: dict) -> None:
             tagged = ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")
             c.setdefault("imagePullPolicy", "IfNotPresent" if tagged else "Always")
             resources = c.get("resources")
+            _quantities_as_strings(resources)
             if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
                 # As the real server does: a limit without a request requests the limit.
                 requests = resources.setdefault("requests", {})

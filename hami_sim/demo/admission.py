@@ -35,6 +35,20 @@ class AdmissionDenied(Exception):
     """The webhook denied the pod; the message is the webhook's."""
 
 
+def quantities_as_strings(pod: dict) -> dict:
+    """Resource quantities written as YAML numbers (`nvidia.com/gpu: 1`) become strings, as
+    the API server stores them (the Python client's models accept only strings)."""
+    spec = pod.get("spec") or {}
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        resources = c.get("resources") or {}
+        for kind in ("limits", "requests"):
+            values = resources.get(kind) or {}
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    values[name] = str(value)
+    return pod
+
+
 def review(extender, pod: dict, namespace: str) -> tuple:
     """(allowed, patched pod or None when unchanged, denial message)."""
     response = extender.review(pod, namespace)
@@ -63,7 +77,7 @@ def recreation_body(patched: dict) -> dict:
         meta.pop(name, None)
     meta.setdefault("annotations", {})[ADMITTED_ANNOTATION] = "hami-control webhook (re-created)"
     body.pop("status", None)
-    return body
+    return quantities_as_strings(body)
 
 
 class AdmissionLoop:
@@ -138,3 +152,5 @@ class AdmissionLoop:
                          f"{patched['spec'].get('schedulerName')}) and re-created")
         except ApiException as e:
             self._log(f"admission of {key}: {e.status} {e.reason} {e.body}")
+        except ValueError as e:         # the client refused the body (its models' checks)
+            self._log(f"admission of {key}: cannot re-create it: {e}")

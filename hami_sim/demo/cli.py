@@ -9,6 +9,7 @@ pod missed its `demo.hami.io/expect`. `--gpu-tour` runs the short tour of the si
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -38,6 +39,21 @@ def terminate_as_interrupt() -> None:
     def handler(_sig, _frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Ctrl-C and SIGTERM wait while the block runs (the clean-up), then act."""
+    caught = []
+    previous = {sig: signal.signal(sig, lambda n, _f: caught.append(n))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if caught:
+            raise KeyboardInterrupt
 
 
 def quiet_grpc() -> None:
@@ -86,7 +102,7 @@ def run(examples, reporter, args) -> int:
     finally:
         if args.keep:
             reporter.line(f"work directory kept: {cluster.root}")
-        with reporter.waiting("stopping everything"):
+        with signals_deferred(), reporter.waiting("stopping everything"):
             cluster.stop()
     reporter.line()
     reporter.line(format_table(HEADERS, [pod_row(p) for p in result.pods]))

@@ -29,9 +29,11 @@ from hami_common import constants as C
 from hami_common import node_register
 from hami_common.errors import HamiFormatError
 from hami_sim.gpu import sim_env
+from hami_sim.kubeconfig import write_kubeconfig
 from hami_sim.launch import START_TIMEOUT_S, start_apiserver, start_kubelet, stop_process
 
 READY_TIMEOUT_S = 45.0
+USER_TOKEN = "hami-sim-user"
 Step = Callable[[str], None]
 
 
@@ -221,10 +223,17 @@ class SimCluster:
         from hami_control.launch import start_control
         from hami_sim.certs import make_server_certs
         self.root.mkdir(parents=True, exist_ok=True)
-        self.apiserver = start_apiserver(process=True, tls=True, workdir=self.root / "apiserver")
+        # Frequent bookmarks: a watcher checks whether it should stop at each event, so the
+        # watch threads of the kubelet doubles and the demo's loops end within half a second.
+        self.apiserver = start_apiserver(process=True, tls=True, workdir=self.root / "apiserver",
+                                         extra_args=["--bookmark-interval", "0.5"])
         self._stack.callback(self.apiserver.stop)
+        # kubectl prompts for a user name when the kubeconfig's user has no credentials; the
+        # double accepts any token.
+        write_kubeconfig(self.kubeconfig, self.apiserver.url, ca_file=self.apiserver.ca_file,
+                         token=USER_TOKEN)
         self.step(f"API server double serving {self.apiserver.url} (kubeconfig "
-                  f"{self.apiserver.kubeconfig})")
+                  f"{self.kubeconfig})")
         base = clean_base_env()
         for spec in self.specs:
             node = SimNode(spec, self.root / spec.name, self.apiserver, base)
@@ -290,8 +299,8 @@ class SimCluster:
 
     @property
     def kubeconfig(self) -> Path:
-        """A kubeconfig for the API server double (HTTPS, with its CA)."""
-        return self.apiserver.kubeconfig
+        """A kubeconfig for the API server double (HTTPS, its CA, a token), for users."""
+        return self.root / "kubeconfig"
 
     @property
     def core_v1(self):

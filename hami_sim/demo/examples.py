@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami_sim.demo.admission import quantities_as_strings
 from hami_sim.demo.expect import (EXPECT_ANNOTATION, SHOWS_ANNOTATION, Expectation,
                                   ExpectationError, parse)
 
@@ -41,20 +42,6 @@ def default_examples_dir() -> Path:
     if os.environ.get(EXAMPLES_ENV):
         return Path(os.environ[EXAMPLES_ENV])
     return Path(__file__).resolve().parents[2] / "examples"
-
-
-def quantities_as_strings(pod: dict) -> dict:
-    """Resource quantities written as YAML numbers (`nvidia.com/gpu: 1`) become strings, as
-    the API server reads them (the Python client accepts only strings)."""
-    spec = pod.get("spec") or {}
-    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        resources = c.get("resources") or {}
-        for kind in ("limits", "requests"):
-            values = resources.get(kind) or {}
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    values[name] = str(value)
-    return pod
 
 
 def _example(path: Path, doc) -> Example:

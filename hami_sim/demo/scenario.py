@@ -20,7 +20,7 @@ from hami_sim.demo.admission import AdmissionDenied, submit
 from hami_sim.demo.expect import Check, ContainerOutcome, PodOutcome, evaluate
 from hami_sim.demo.report import Reporter
 from hami_sim.demo.runtime import PodRuntime
-from hami_sim.demo.scheduler import SchedulerDouble
+from hami_sim.demo.scheduler import RefusalNews, SchedulerDouble
 from hami_sim.extender_client import ExtenderError
 
 DEFAULT_TIMEOUT_S = 90.0
@@ -67,7 +67,7 @@ class Scenario:
         self.types = {d.id: d.type for n in cluster.nodes for d in n.devices}
         self.index = {d.id: d.index for n in cluster.nodes for d in n.devices}
         self.denied: dict = {}
-        self._said: dict = {}          # pod key -> the last FailedScheduling message shown
+        self._refusals = RefusalNews()
         self.scheduler = SchedulerDouble(self.v1, cluster.control.client, notify=self._scheduled,
                                          backoff=(1.0, 10.0))
         self.runtime = PodRuntime(cluster.nodes, cluster.root / "containers",
@@ -108,10 +108,9 @@ class Scenario:
 
     def _scheduled(self, attempt) -> None:
         if not attempt.scheduled:
-            if self._said.get(attempt.key) != attempt.message:    # not every retry
-                self._said[attempt.key] = attempt.message
-                self.reporter.step(f"{attempt.key}: FailedScheduling: {attempt.message} "
-                                   "(kube-scheduler retries it with a backoff)")
+            line = self._refusals.line(attempt)
+            if line:
+                self.reporter.step(line)
             return
         ns, name = attempt.key.split("/", 1)
         raw = self.v1.read_namespaced_pod(name, ns, _preload_content=False).data

@@ -60,6 +60,21 @@ class Attempt:
         return self.node is not None
 
 
+class RefusalNews:
+    """Says a pod's FailedScheduling once per distinct message (not at every retry)."""
+
+    def __init__(self):
+        self._said: dict = {}
+
+    def line(self, attempt: Attempt) -> Optional[str]:
+        """The line to show for a refused attempt, or None when it says nothing new."""
+        if attempt.scheduled or self._said.get(attempt.key) == attempt.message:
+            return None
+        self._said[attempt.key] = attempt.message
+        retry = "" if "retries" in attempt.message else " (retried with a backoff)"
+        return f"{attempt.key}: FailedScheduling: {attempt.message}{retry}"
+
+
 class SchedulerDouble:
     """Schedules our pods through hami-control's /filter and /bind, from a thread."""
 

@@ -16,13 +16,12 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import threading
 from typing import Callable
 
 from hami_sim.apiserver.patch import json_patch
 from hami_sim.demo.events import EventRecorder
+from hami_sim.demo.podloop import UnboundPodLoop
 from hami_sim.extender_client import ExtenderError
-from hami_sim.kubelet.pods import PodWatcher
 
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
 ADMITTED_ANNOTATION = "demo.hami.io/admitted-by"
@@ -80,43 +79,26 @@ def recreation_body(patched: dict) -> dict:
     return quantities_as_strings(body)
 
 
-class AdmissionLoop:
+class AdmissionLoop(UnboundPodLoop):
     """Routes pods users create through the webhook (delete + re-create when it mutates)."""
+
+    name = "admission"
 
     def __init__(self, core_v1, extender, notify: Callable[[str], None] = lambda _m: None,
                  log: Callable[[str], None] = lambda _m: None, interval: float = 0.2):
+        super().__init__(core_v1, log, interval)
         self._v1, self._extender, self._notify, self._log = core_v1, extender, notify, log
-        self._interval = interval
         self._events = EventRecorder(core_v1, "hami-admission", log)
-        self._wake, self._stop = threading.Event(), threading.Event()
-        self._watcher = PodWatcher(core_v1, "", self._wake.set, log)
         self._seen: set = set()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="admission")
 
-    def start(self) -> "AdmissionLoop":
-        """Starts watching."""
-        self._watcher.start()
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stops the thread and the watch."""
-        self._stop.set()
-        self._wake.set()
-        self._watcher.stop()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self._interval)
-            self._wake.clear()
-            for uid, pod in list(self._watcher.pods.items()):
-                if self._stop.is_set():
-                    return
-                if uid not in self._seen and self._candidate(pod):
-                    self._seen.add(uid)
-                    self.admit(pod)
+    def run_once(self) -> None:
+        """Reviews every unbound pod of the default scheduler not seen before."""
+        for uid, pod in self.pods.items():
+            if self.stopping:
+                return
+            if uid not in self._seen and self._candidate(pod):
+                self._seen.add(uid)
+                self.admit(pod)
 
     @staticmethod
     def _candidate(pod: dict) -> bool:

@@ -67,21 +67,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.gpu_tour:
         from hami_sim.demo import gpu_tour
         return gpu_tour.main([])
-    quiet_grpc()
-    terminate_as_interrupt()
+    return run_command("hami-sim demo", args.examples, lambda ex, rep: run(ex, rep, args),
+                       "interrupted: everything the demo started has been stopped",
+                       EXIT_INTERRUPTED)
+
+
+def run_command(prog: str, examples_dir, body, interrupted: str, interrupted_code: int,
+                with_examples: bool = True) -> int:
+    """What both commands do around their work: signals, the examples (a bad one is exit 2
+    before anything starts), a reporter, and Ctrl-C ending in a clean line."""
     from hami_sim.demo.examples import ExampleError, load_examples
     from hami_sim.demo.report import Reporter
+    quiet_grpc()
+    terminate_as_interrupt()
     try:
-        examples = load_examples(args.examples)
+        examples = load_examples(examples_dir) if with_examples else []
     except ExampleError as e:
-        print(f"hami-sim demo: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return EXIT_USAGE
     reporter = Reporter()
     try:
-        return run(examples, reporter, args)
+        return body(examples, reporter)
     except KeyboardInterrupt:
-        reporter.line("interrupted: everything the demo started has been stopped")
-        return EXIT_INTERRUPTED
+        reporter.line(interrupted)
+        return interrupted_code
 
 
 def run(examples, reporter, args) -> int:

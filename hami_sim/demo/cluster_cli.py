@@ -17,8 +17,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
-from hami_sim.demo.cli import (EXIT_BROKEN, EXIT_OK, EXIT_USAGE, quiet_grpc, signals_deferred,
-                               terminate_as_interrupt)
+from hami_sim.demo.cli import EXIT_BROKEN, EXIT_OK, EXIT_USAGE, run_command, signals_deferred
 
 POD_COLUMNS = "NAME:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName"
 USAGE = "usage: hami-sim cluster up [--workdir DIR] [--kubeconfig-out FILE] [--with-examples]"
@@ -73,23 +72,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"hami-sim cluster: unknown action {argv[0]!r}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
     args = parser().parse_args(argv[1:])
-    quiet_grpc()
-    terminate_as_interrupt()
-    examples = []
-    if args.with_examples:
-        from hami_sim.demo.examples import ExampleError, load_examples
-        try:
-            examples = load_examples(args.examples)
-        except ExampleError as e:
-            print(f"hami-sim cluster up: {e}", file=sys.stderr)
-            return EXIT_USAGE
-    from hami_sim.demo.report import Reporter
-    reporter = Reporter()
-    try:
-        return serve(args, examples, reporter)
-    except KeyboardInterrupt:
-        reporter.line("stopped: everything `cluster up` started has been stopped")
-        return EXIT_OK
+    return run_command("hami-sim cluster up", args.examples,
+                       lambda ex, rep: serve(args, ex, rep),
+                       "stopped: everything `cluster up` started has been stopped", EXIT_OK,
+                       with_examples=args.with_examples)
 
 
 def serve(args, examples, reporter) -> int:

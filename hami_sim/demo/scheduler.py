@@ -23,7 +23,7 @@ from typing import Callable, Optional
 from hami_common import constants as C
 from hami_sim.demo.events import EventRecorder, now_rfc3339
 from hami_sim.extender_client import ExtenderError
-from hami_sim.kubelet.pods import PodWatcher
+from hami_sim.demo.podloop import UnboundPodLoop
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -75,53 +75,28 @@ class RefusalNews:
         return f"{attempt.key}: FailedScheduling: {attempt.message}{retry}"
 
 
-class SchedulerDouble:
+class SchedulerDouble(UnboundPodLoop):
     """Schedules our pods through hami-control's /filter and /bind, from a thread."""
+
+    name = "scheduler"
 
     def __init__(self, core_v1, extender, *, scheduler_name: str = C.SCHEDULER_NAME,
                  notify: Callable[[Attempt], None] = lambda _a: None,
                  backoff: tuple = (1.0, 10.0), log: Callable[[str], None] = lambda _m: None,
                  interval: float = 0.2):
+        super().__init__(core_v1, log, interval)
         self._v1, self._extender, self.scheduler_name = core_v1, extender, scheduler_name
-        self._notify, self._backoff, self._log, self._interval = notify, backoff, log, interval
+        self._notify, self._backoff, self._log = notify, backoff, log
         self._events = EventRecorder(core_v1, scheduler_name, log)
-        self._wake, self._stop = threading.Event(), threading.Event()
-        # An empty spec.nodeName selects the pods no one has bound yet.
-        self._watcher = PodWatcher(core_v1, "", self._wake.set, log)
         self._lock = threading.Lock()
         self._retry: dict = {}           # uid -> (attempts, monotonic time of the next try)
         self._bound: set = set()         # uids bound, until the watch sees them leave
         self.attempts: dict = {}         # "ns/name" -> last Attempt
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="scheduler")
-
-    def start(self) -> "SchedulerDouble":
-        """Starts watching and scheduling."""
-        self._watcher.start()
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stops the thread and the watch."""
-        self._stop.set()
-        self._wake.set()
-        self._watcher.stop()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
 
     def last_attempt(self, namespace: str, name: str) -> Optional[Attempt]:
         """The latest attempt for a pod, or None."""
         with self._lock:
             return self.attempts.get(f"{namespace}/{name}")
-
-    # The loop -----------------------------------------------------------------------------
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self._interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            self.run_once()
 
     def _ours(self, pod: dict) -> bool:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
@@ -131,7 +106,7 @@ class SchedulerDouble:
 
     def run_once(self) -> None:
         """One pass: tries every pending pod of ours whose backoff has passed."""
-        pods = dict(self._watcher.pods)
+        pods = self.pods
         gone = [uid for uid in list(self._retry) + list(self._bound) if uid not in pods]
         for uid in gone:
             self._retry.pop(uid, None)
@@ -142,7 +117,7 @@ class SchedulerDouble:
                         and self._retry.get(uid, (0, 0.0))[1] <= now),
                        key=lambda p: p["metadata"].get("creationTimestamp", ""))
         for pod in queue:
-            if self._stop.is_set():
+            if self.stopping:
                 return
             self.schedule(pod)
 

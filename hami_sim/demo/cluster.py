@@ -324,14 +324,23 @@ class SimCluster:
         raw = self.core_v1.list_node(_preload_content=False).data
         return {n["metadata"]["name"]: published_gpus(n) for n in json.loads(raw)["items"]}
 
-    def dead_pieces(self) -> list:
-        """What stopped running unexpectedly (names), for a clear failure."""
-        dead = [f"hami-node on {n.name}" for n in self.nodes if not n.alive()]
-        if self.control.process is not None and self.control.process.poll() is not None:
-            dead.append("hami-control")
+    def problems(self) -> list:
+        """What stopped running or reports itself unhealthy, in words (empty: all well)."""
+        found = [f"hami-node on {n.name} exited ({n.agent.poll()}); its log ends:\n"
+                 f"{tail(n.agent_log, 5)}" for n in self.nodes if not n.alive()]
         if self.apiserver.process is not None and self.apiserver.process.poll() is not None:
-            dead.append("the API server double")
-        return dead
+            found.append("the API server double exited")
+        if self.control.process is not None and self.control.process.poll() is not None:
+            found.append(f"hami-control exited; its log ends:\n{self.control_log_tail(5)}")
+            return found
+        try:
+            status, body = self.control.client.request("GET", "/healthz")
+        except OSError as e:
+            status, body = 0, str(e).encode()
+        if status != 200:
+            found.append(f"hami-control /healthz answers {status} {body.decode(errors='replace')}"
+                         f"; its log ends:\n{self.control_log_tail(8)}")
+        return found
 
     def control_log_tail(self, lines: int = 15) -> str:
         """The end of hami-control's log."""

@@ -95,12 +95,12 @@ def serve(args, examples, reporter) -> int:
         reporter.line(hints(kubeconfig, cluster.root))
         submit_examples(cluster, examples, reporter)
         while True:
-            dead = cluster.dead_pieces()
-            if dead:
-                reporter.line(f"hami-sim cluster up: {', '.join(dead)} stopped running; logs "
-                              f"under {cluster.root}")
+            problems = cluster.problems()
+            if problems:
+                reporter.line(f"hami-sim cluster up: {'; '.join(problems)}\n(logs under "
+                              f"{cluster.root}; stopping everything)")
                 return EXIT_BROKEN
-            time.sleep(0.5)
+            time.sleep(1.0)
     except ClusterError as e:
         reporter.line(f"hami-sim cluster up: {e}")
         return EXIT_BROKEN

@@ -24,6 +24,7 @@ from hami_sim.demo.scheduler import RefusalNews, SchedulerDouble
 from hami_sim.extender_client import ExtenderError
 
 DEFAULT_TIMEOUT_S = 90.0
+HEALTH_EVERY_S = 1.0
 
 
 class ScenarioError(RuntimeError):
@@ -136,17 +137,23 @@ class Scenario:
         def progress() -> str:
             done = sum(self._settled(ex) for ex in self.examples)
             return f"{done}/{len(self.examples)} pods settled"
+        checked = 0.0
         with self.reporter.waiting(progress):
             while not all(self._settled(ex) for ex in self.examples):
-                dead = self.cluster.dead_pieces()
-                if dead:
-                    raise ScenarioError(f"{', '.join(dead)} stopped running; see the logs "
-                                        f"under {self.cluster.root}")
+                if time.monotonic() - checked > HEALTH_EVERY_S:
+                    self._healthy()
+                    checked = time.monotonic()
                 if time.monotonic() > deadline:
                     self.reporter.step(f"gave up waiting after {timeout:.0f} s")
                     return False
                 time.sleep(0.1)
+        self._healthy()
         return True
+
+    def _healthy(self) -> None:
+        problems = self.cluster.problems()
+        if problems:
+            raise ScenarioError("; ".join(problems))
 
     # Outcomes -----------------------------------------------------------------------------
 

@@ -16,42 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-from hami_common import constants as C
-from hami_common import node_register
 from hami_control.launch import start_control
 from hami_sim.extender_client import JsonHttp
 from hami_sim.launch import start_apiserver
 from hami_sim.replay.arrivals import arrivals
+from hami_sim.replay.http_placer import pod_manifest, publish_nodes
 from hami_sim.replay.trace import load_nodes, load_pods
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "openb"
 if not TRACES.exists():
     TRACES = Path("/work/shared/traces/openb")
-
-
-def publish_nodes(api: JsonHttp, nodes, split_count: int = 10) -> None:
-    """Each trace node as a Node with its GPUs registered and CPU/memory/GPU capacity."""
-    for n in nodes:
-        devices = n.devices(split_count)
-        body = {"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": n.name, "annotations": {C.ANNO_NODE_REGISTER: node_register.encode(devices)}}}
-        status, answer = api.post("/api/v1/nodes", body)
-        assert status == 201, answer
-        capacity = {"cpu": f"{n.cpu_milli}m", "memory": f"{n.memory_mib}Mi",
-                    C.RESOURCE_GPU: str(len(devices) * split_count), "pods": "110"}
-        status, answer = api.post(f"/api/v1/nodes/{n.name}/status", {"status": {
-            "capacity": capacity, "allocatable": capacity}}, "PATCH",
-            "application/merge-patch+json")
-        assert status == 200, answer
-
-
-def pod_manifest(trace_pod, name: str, namespace: str = "default") -> dict:
-    """The trace pod as a user would submit it (with the fields the API server requires)."""
-    pod = trace_pod.pod_object(name=name, namespace=namespace)
-    pod.update(apiVersion="v1", kind="Pod")
-    for ctr in pod["spec"]["containers"]:
-        ctr.setdefault("image", "trace/workload:1")
-    return pod
 
 
 def percentile(values, q: float) -> float:
@@ -83,7 +57,8 @@ def main(argv=None) -> int:
         durations, placed = [], 0
         start = time.perf_counter()
         for i, trace_pod in enumerate(sequence):
-            pod = control.client.admit(pod_manifest(trace_pod, f"pod-{i}"))
+            pod = control.client.admit(pod_manifest(trace_pod.pod_object(name=f"pod-{i}"),
+                                                    "default"))
             status, stored = api.post("/api/v1/namespaces/default/pods", pod)
             assert status == 201, stored
             t0 = time.perf_counter()

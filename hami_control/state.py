@@ -9,9 +9,9 @@ watch events for it (possibly older than the write) are held back until the writ
 answer was lost; without one, the reservation from before). Events older than the last version
 applied to a pod are ignored, so a late event never undoes a newer decision.
 
-The engine places without collecting reasons (that costs a pass over every node); only when a
-pod fits nowhere does the `explainer` (an engine sharing the same policies and caches) say why
-per node.
+When the engine's learned workload model is re-estimated, every cached score is stale; the
+`rescorer` (an engine sharing the same policies and caches that does not learn) re-scores the
+recent kinds of pods at once, so that the following filters are not each a full pass.
 """
 import itertools
 import logging
@@ -22,7 +22,6 @@ from typing import Iterable, Optional
 
 from hami_control.placement import ClusterView, Engine, PlacementConfig, PlacementError, \
     Reservation
-from hami_control.placement.learn import OnlineWorkload
 from hami_control.placement.registry import PolicyRegistry
 
 log = logging.getLogger(__name__)
@@ -31,18 +30,14 @@ _RECENT = 64
 
 def make_state(node_policy: str = "fragaware", gpu_policy: str = "fragaware") -> \
         "SchedulerState":
-    """The server's state: a fast engine and an explaining one over the same policies.
-    PlacementError for an unknown policy name."""
-    # Each re-estimate of the learned workload invalidates every cached score (a full pass
-    # over all nodes per kind of pod): re-estimating after 1024 pods, then every 2048-4096,
-    # instead of at 16, 32, 64, ..., keeps those passes rare enough for the filter's p99, and
-    # packed the trace as tightly (docs/control.md).
-    registry = PolicyRegistry(learner=OnlineWorkload(first_refresh=1024, max_interval=4096))
-    engine = Engine(PlacementConfig(node_policy=node_policy, gpu_policy=gpu_policy,
-                                    explain=False), registry=registry)
-    explainer = Engine(PlacementConfig(node_policy=node_policy, gpu_policy=gpu_policy,
-                                       explain=True, learn=False), registry=registry)
-    return SchedulerState(engine, explainer=explainer)
+    """The server's state: the engine (it explains refusals) and a non-learning rescorer over
+    the same policies. PlacementError for an unknown policy name."""
+    registry = PolicyRegistry()
+    engine = Engine(PlacementConfig(node_policy=node_policy, gpu_policy=gpu_policy),
+                    registry=registry)
+    rescorer = Engine(PlacementConfig(node_policy=node_policy, gpu_policy=gpu_policy,
+                                      explain=False, learn=False), registry=registry)
+    return SchedulerState(engine, rescorer=rescorer)
 
 
 @dataclass
@@ -69,8 +64,8 @@ class SchedulerState:
     """The cluster view, the engine, and the bookkeeping that keeps them consistent."""
 
     def __init__(self, engine: Engine, view: Optional[ClusterView] = None,
-                 explainer: Optional[Engine] = None):
-        self.engine, self.explainer = engine, explainer
+                 rescorer: Optional[Engine] = None):
+        self.engine, self.rescorer = engine, rescorer
         self.view = view or ClusterView()
         self.lock = threading.RLock()
         self._pods: dict = {}
@@ -82,12 +77,11 @@ class SchedulerState:
     def apply_node(self, name: str, registration) -> bool:
         """Registers (or re-registers) a node; False when nothing changed."""
         with self.lock:
-            old = self._registrations.get(name)
-            if old is not None and (old.raw, old.cordon) == (registration.raw,
-                                                             registration.cordon):
+            if self._registrations.get(name) == registration:
                 return False
             self._registrations[name] = registration
-            self.view.upsert_node(name, registration.devices, cordoned=registration.cordoned)
+            self.view.upsert_node(name, registration.devices, registration.cpu_milli,
+                                  registration.memory_mib, registration.cordoned)
             return True
 
     def remove_node(self, name: str) -> bool:
@@ -156,8 +150,6 @@ class SchedulerState:
             model = self._model_version()
             try:
                 decision = self.engine.place(self.view, request, nodes)
-                if not decision.ok and self.explainer is not None:
-                    decision = self.explainer.place(self.view, request, nodes)
             except Exception:
                 if previous is not None:
                     self.view.reserve(previous)
@@ -204,21 +196,20 @@ class SchedulerState:
                 self._set(key, placement.previous)
 
     def _model_version(self):
-        return getattr(getattr(self.engine, "registry", None), "learner", None) and \
-            self.engine.registry.learner.version
+        return self.engine.registry.learner.version
 
     def _rescore_recent(self, current) -> None:
         """The learned workload was just re-estimated, which invalidates every cached score:
         re-score the recent kinds of pods now, in one go, rather than one slow filter per kind
-        afterwards (the explainer does not learn, so nothing is counted twice)."""
-        if self.explainer is None:
+        afterwards (the rescorer does not learn, so nothing is counted twice)."""
+        if self.rescorer is None:
             return
         start = time.perf_counter()
         for signature, request in list(self._recent.items()):
             if signature == current:
                 continue
             try:
-                self.explainer.place(self.view, request)
+                self.rescorer.place(self.view, request)
             except PlacementError as e:
                 log.debug("re-scoring %s: %s", request.key, e)
                 self._recent.pop(signature, None)

@@ -1,13 +1,9 @@
-"""From Kubernetes objects (dicts) to what the placement view holds: a node's registered GPUs,
-a pod's GPU reservation. Pure functions; the sync applies their results."""
-from dataclasses import dataclass
+"""Small readers of Kubernetes objects (dicts) shared by the sync, the lock and the handshake.
+What a node registers and what a pod holds are read by the placement core
+(`hami_control.placement.annotations`)."""
 from typing import Optional
 
 from hami_common import constants as C
-from hami_common import node_register, pod_devices
-from hami_control.placement import Reservation
-
-FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 def annotations(obj: dict) -> dict:
@@ -32,30 +28,6 @@ def pod_key(obj: dict) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
 
 
-@dataclass(frozen=True)
-class NodeRegistration:
-    """A node's GPUs as its agent published them, and the GPUs cordoned on it."""
-
-    raw: str
-    cordon: str
-    devices: tuple
-
-    @property
-    def cordoned(self) -> tuple:
-        """UUIDs of the cordoned GPUs."""
-        return tuple(u.strip() for u in self.cordon.split(",") if u.strip())
-
-
-def node_registration(node: dict) -> Optional[NodeRegistration]:
-    """The node's registration, None when it publishes none; HamiFormatError when unreadable."""
-    annos = annotations(node)
-    raw = annos.get(C.ANNO_NODE_REGISTER)
-    if not raw or not raw.strip():
-        return None
-    return NodeRegistration(raw, annos.get(C.ANNO_DEVICE_CORDON, ""),
-                            tuple(node_register.decode(raw)))
-
-
 def allocatable_gpus(node: dict) -> int:
     """status.allocatable[nvidia.com/gpu]: the GPUs kubelet offers (0 when absent or unreadable).
 
@@ -67,29 +39,7 @@ def allocatable_gpus(node: dict) -> int:
         return 0
 
 
-def _init_count(pod: dict) -> int:
-    """Init containers that end before the others start (restartPolicy Always: a sidecar)."""
-    spec = pod.get("spec") or {}
-    return sum(1 for c in spec.get("initContainers") or []
-               if isinstance(c, dict) and c.get("restartPolicy") != "Always")
-
-
-def pod_active(pod: dict) -> bool:
-    """Whether the pod still holds what it was given (not Succeeded or Failed)."""
-    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
-
-
-def pod_reservation(pod: dict) -> Optional[Reservation]:
-    """What an active pod holds according to its annotations (vgpu-node and
-    vgpu-devices-allocated); None when it holds nothing. HamiFormatError when unreadable."""
-    if not pod_active(pod):
-        return None
-    annos = annotations(pod)
-    node, value = annos.get(C.ANNO_VGPU_NODE), annos.get(C.ANNO_DEVICES_ALLOCATED)
-    if not node or not value:
-        return None
-    devices = pod_devices.decode(value)
-    if not any(devices):
-        return None
-    return Reservation(pod=pod_key(pod), node=node, devices=devices,
-                       init_count=_init_count(pod))
+def registration_source(node: dict) -> tuple:
+    """The annotation values a node's registration is read from (to skip re-reading them)."""
+    annos = annotations(node)
+    return annos.get(C.ANNO_NODE_REGISTER), annos.get(C.ANNO_DEVICE_CORDON, "")

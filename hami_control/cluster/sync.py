@@ -10,14 +10,14 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from hami_common import constants as C
 from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK
 from hami_common.errors import HamiFormatError
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster import handshake
 from hami_control.cluster.api import ApiError, Expired
-from hami_control.cluster.objects import (annotations, node_registration, pod_key,
-                                          pod_reservation, resource_version)
+from hami_control.cluster.objects import (annotations, pod_key, registration_source,
+                                          resource_version)
+from hami_control.placement.annotations import node_registration, pod_reservation
 
 log = logging.getLogger(__name__)
 KINDS = ("nodes", "pods")
@@ -27,7 +27,8 @@ KINDS = ("nodes", "pods")
 class NodeInfo:
     """The latest state of a node as the watch delivered it."""
 
-    registration: object          # NodeRegistration or None
+    registration: object          # placement.annotations.NodeRegistration, or None
+    source: tuple                 # the annotation values it was read from
     health: handshake.NodeHealth
     resource_version: str
     lock: Optional[str]
@@ -149,20 +150,16 @@ class ClusterSync:
         self.state.apply_pod(key, resource_version(pod), reservation, deleted)
 
     # --- nodes ---------------------------------------------------------------------------
-    def _registration(self, name: str, node: dict):
+    def _registration(self, name: str, node: dict, source: tuple):
         # Most node events (lock, handshake, status) leave the registration as it was: reuse it.
         known = self.node_info(name)
-        annos = annotations(node)
-        if known is not None and known.registration is not None and \
-                known.registration.raw == annos.get(C.ANNO_NODE_REGISTER) and \
-                known.registration.cordon == annos.get(C.ANNO_DEVICE_CORDON, ""):
+        if known is not None and known.source == source:
             return known.registration
         try:
             registration = node_registration(node)
         except HamiFormatError as e:
-            raw = annos.get(C.ANNO_NODE_REGISTER)
-            if self._bad_registrations.get(name) != raw:
-                self._bad_registrations[name] = raw
+            if self._bad_registrations.get(name) != source:
+                self._bad_registrations[name] = source
                 log.warning("node %s: its GPU registration is unreadable, so it gets no GPU "
                             "pods until its agent publishes a valid one: %s", name, e)
             return None
@@ -179,7 +176,9 @@ class ClusterSync:
                 self._nodes.pop(name, None)
             self.state.remove_node(name)
             return
-        info = NodeInfo(self._registration(name, node), handshake.NodeHealth.of(node),
+        source = registration_source(node)
+        info = NodeInfo(self._registration(name, node, source), source,
+                        handshake.NodeHealth.of(node),
                         str(meta.get("resourceVersion") or ""),
                         annotations(node).get(ANNO_NODE_LOCK))
         with self._nodes_lock:

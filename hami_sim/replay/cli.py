@@ -1,10 +1,14 @@
 """`hami-sim replay`: replay a GPU-sharing trace through the placement engine.
 
-    hami-sim replay --nodes NODES.csv --pods PODS.csv [--seeds 42-51] [--policy NAME] [--json]
+    hami-sim replay --nodes NODES.csv --pods PODS.csv [--seeds 42-51] [--policy NAME] [--http]
+        [--json]
 
 Each seed shuffles the pod list, inflates it to 130% of the GPUs and places the pods one by one
 (no departures); the figure is the GPU allocation ratio when the arrived GPU demand reaches
 100% of the GPUs, averaged over the seeds. Seeds run in parallel worker processes.
+With --http every pod takes the real path instead (webhook, filter, bind over HTTP to a
+hami-control process, against the API server double; see hami_sim/replay/http_placer.py), one
+seed after another, and the summary adds pods_per_s and filter_p99_ms.
 """
 import argparse
 import json
@@ -60,6 +64,9 @@ def _arguments(argv) -> argparse.Namespace:
                         help="tasks that may share one GPU (deviceSplitCount, default 10)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
                         help="parallel seeds (default: up to 2)")
+    parser.add_argument("--http", action="store_true",
+                        help="place through hami-control over HTTP (webhook, filter, bind) "
+                        "against the API server double; server policies only")
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
     return parser.parse_args(argv)
 
@@ -102,7 +109,19 @@ def summarize(args, results, seconds: float, total_gpus: int) -> dict:
             "place_ms_mean": round(sum(r["place_ms_sum"] for r in results) / max(pods, 1), 4),
             "place_ms_p99": round(max(r["place_ms_p99"] for r in results), 4),
             "overcommitted_devices": sum(r["overcommitted"] for r in results),
-            "curve": _mean_curve(results)}
+            **_http_figures(results), "curve": _mean_curve(results)}
+
+
+def _http_figures(results) -> dict:
+    """The whole path's figures of an --http run: pods per second over all seeds, the filter
+    call latency (median p50, worst p99 of the seeds), binds refused."""
+    if not all("pods_per_s" in r for r in results):
+        return {}
+    return {"pods_per_s": round(sum(r["pods"] for r in results) /
+                                sum(r["seconds"] for r in results), 1),
+            "filter_p50_ms": statistics.median(r["filter_p50_ms"] for r in results),
+            "filter_p99_ms": max(r["filter_p99_ms"] for r in results),
+            "bind_errors": sum(r["bind_errors"] for r in results)}
 
 
 def _print_table(summary, results) -> None:
@@ -121,12 +140,20 @@ def _print_table(summary, results) -> None:
     marks = ", ".join(f"{x}%: {curve[x]:.2f}" for x in (50, 80, 90, 95, 100, 110, 120, 130)
                       if x < len(curve) and curve[x] is not None)
     print(f"allocation by arrived demand: {marks}")
+    if "pods_per_s" in summary:
+        print(f"over HTTP: {summary['pods_per_s']:.0f} pods/s, filter p50 "
+              f"{summary['filter_p50_ms']:.2f} ms, p99 {summary['filter_p99_ms']:.2f} ms, "
+              f"{summary['bind_errors']} binds refused")
 
 
 def run_seeds(nodes_path, pods_path, policy, seeds, ratio=1.3, split_count=10,
-              workers=1) -> list:
-    """The per-seed results of a replay, seeds spread over `workers` processes."""
+              workers=1, http=False) -> list:
+    """The per-seed results of a replay, seeds spread over `workers` processes (over HTTP:
+    one after the other, each already runs an API server and hami-control)."""
     jobs = [(nodes_path, pods_path, policy, s, ratio, split_count) for s in seeds]
+    if http:
+        from hami_sim.replay.http_placer import run_http_seed
+        return [run_http_seed(job) for job in jobs]
     if workers > 1 and len(jobs) > 1:
         with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
             return pool.map(run_seed, jobs)
@@ -142,16 +169,22 @@ def main(argv=None) -> int:
         load_pods(args.pods)
         if args.ratio <= 0 or args.split_count < 1 or args.workers < 1:
             raise ValueError("--ratio must be > 0, --split-count and --workers >= 1")
+        if args.http and args.policy not in SERVER_POLICIES:
+            raise ValueError(f"--http: hami-control offers {', '.join(SERVER_POLICIES)}; "
+                             f"{args.policy} is an in-process baseline")
     except (TraceError, ValueError) as e:
         print(f"hami-sim replay: {e}", file=sys.stderr)
         return 2
     start = time.perf_counter()
     try:
         results = run_seeds(args.nodes, args.pods, args.policy, seeds, args.ratio,
-                            args.split_count, args.workers)
+                            args.split_count, args.workers, args.http)
     except PlacementError as e:
         print(f"hami-sim replay: {e}", file=sys.stderr)
         return 2
+    except RuntimeError as e:      # --http: a process that did not start, an HTTP error
+        print(f"hami-sim replay: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
     summary = summarize(args, results, time.perf_counter() - start, sum(n.gpus for n in nodes))
     _print_table(summary, results)
     if args.json:

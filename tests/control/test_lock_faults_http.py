@@ -10,6 +10,7 @@ from hami_common import constants as C
 from hami_common import node_lock
 
 WHOLE = {"nvidia.com/gpu": 1}
+BINDINGS = ["bindings", "pods/binding"]     # the client posts to .../bindings
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def test_an_expired_lock_is_taken_over(core_v1, control, one_node):
 
 def test_a_failed_binding_releases_the_lock_at_once(core_v1, control, apiserver, one_node):
     pod = create(core_v1, control, gpu_pod("p", WHOLE))
-    apiserver.set_faults(rules=[{"code": 500, "verbs": ["create"], "resources": ["bindings", "pods/binding"],
+    apiserver.set_faults(rules=[{"code": 500, "verbs": ["create"], "resources": BINDINGS,
                                  "times": 1}])
     node, _, bound = schedule(core_v1, control, pod)
     assert node is None and "500" in bound["Error"] and "lock is released" in bound["Error"]
@@ -72,7 +73,7 @@ def test_a_failed_binding_releases_the_lock_at_once(core_v1, control, apiserver,
 
 def test_a_lost_binding_answer_is_a_success(core_v1, control, apiserver, one_node):
     pod = create(core_v1, control, gpu_pod("p", WHOLE))
-    apiserver.set_faults(rules=[{"code": 500, "verbs": ["create"], "resources": ["bindings", "pods/binding"],
+    apiserver.set_faults(rules=[{"code": 500, "verbs": ["create"], "resources": BINDINGS,
                                  "times": 1, "after": True}])
     node, _, bound = schedule(core_v1, control, pod)
     assert node == "n1" and bound == {"Error": ""}

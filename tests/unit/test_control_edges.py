@@ -12,7 +12,6 @@ from hami_control.cluster.api import WatchSource
 from hami_control.cluster.handshake import NodeHealth
 from hami_control.cluster.kube import KubeApi
 from hami_control.cluster.leader import LeaderElector
-from hami_control.cluster.objects import pod_reservation
 from hami_control.config import LeaseConfig, from_args
 from hami_control.errors import BadRequest, ConfigError, LockError
 from hami_control.extender.args import filter_result, parse_bind, parse_filter
@@ -120,18 +119,6 @@ def test_extender_keys_are_case_insensitive():
     assert (bind.key, bind.uid, bind.node) == ("ns/p", "", "a")
     with pytest.raises(BadRequest, match="Node"):
         parse_bind({"PodName": "p", "PodNamespace": "ns"})
-
-
-def test_pod_reservation_from_annotations():
-    pod = {"metadata": {"name": "p", "namespace": "ns", "annotations": {
-        C.ANNO_VGPU_NODE: "n1", C.ANNO_DEVICES_ALLOCATED: "GPU-1,NVIDIA,100,10:;;"}},
-        "spec": {"initContainers": [{"name": "i"}, {"name": "side", "restartPolicy": "Always"}]},
-        "status": {"phase": "Running"}}
-    reservation = pod_reservation(pod)
-    assert reservation.pod == "ns/p" and reservation.node == "n1"
-    assert reservation.init_count == 1 and len(reservation.devices) == 2
-    pod["status"]["phase"] = "Succeeded"
-    assert pod_reservation(pod) is None
 
 
 def test_handshake_rule_needs_both_conditions():

@@ -4,15 +4,15 @@ import pytest
 from hami_common.node_register import DeviceInfo
 from hami_common.pod_devices import ContainerDevice
 from hami_common.request import parse_pod
-from hami_control.cluster.objects import NodeRegistration
+from hami_control.placement.annotations import NodeRegistration
 from hami_control.placement import Reservation
 from hami_control.state import make_state
 
 
-def _registration(name="n1", gpus=1):
-    devices = tuple(DeviceInfo(id=f"GPU-{name}-{i}", index=i, count=10, devmem=1000,
+def _registration(name="n1", gpus=1, mem=1000):
+    devices = tuple(DeviceInfo(id=f"GPU-{name}-{i}", index=i, count=10, devmem=mem,
                                devcore=100, type="NVIDIA-T4") for i in range(gpus))
-    return NodeRegistration(raw=f"{name}-{gpus}", cordon="", devices=devices)
+    return NodeRegistration(name, devices)
 
 
 def _request(name="p", gpus=1):
@@ -110,10 +110,10 @@ def test_recent_kinds_are_rescored_when_the_model_is_reestimated(monkeypatch):
     from hami_control.placement.registry import PolicyRegistry
     from hami_control.state import SchedulerState
     registry = PolicyRegistry(learner=OnlineWorkload(first_refresh=4, max_interval=4))
-    s = SchedulerState(Engine(PlacementConfig(explain=False), registry=registry),
-                       explainer=Engine(PlacementConfig(learn=False), registry=registry))
+    s = SchedulerState(Engine(PlacementConfig(), registry=registry),
+                       rescorer=Engine(PlacementConfig(learn=False), registry=registry))
     for n in range(20):
-        s.apply_node(f"n{n}", _registration(f"n{n}", gpus=2))
+        s.apply_node(f"n{n}", _registration(f"n{n}", gpus=2, mem=1000 + n))   # all different
     calls = []
     real = engine_module.fit_pod
     monkeypatch.setattr(engine_module, "fit_pod", lambda *a: calls.append(1) or real(*a))

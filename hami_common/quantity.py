@@ -39,9 +39,11 @@ def parse_quantity(value) -> Fraction:
     return result
 
 
-def has_unit(value) -> bool:
-    """Whether a quantity string carries a suffix or exponent ("3Gi", "2k", "1e3")."""
-    return isinstance(value, str) and bool(re.search(r"[A-Za-z]", value.strip()))
+def has_binary_unit(value) -> bool:
+    """Whether a quantity string carries a binary suffix ("3Gi", "512Mi"). Decimal suffixes and
+    exponents are only another spelling of a plain number: the API server stores a limit of
+    3000 as "3k" (its canonical form), so "3k" must read as 3000."""
+    return isinstance(value, str) and value.strip()[-2:] in _BINARY
 
 
 # Pods repeat a few quantity strings; every watch event and filter reads them, so cache them.

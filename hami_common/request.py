@@ -15,7 +15,7 @@ from typing import Mapping, Optional
 from hami_common import constants as C
 from hami_common.errors import HamiFormatError, RequestError
 from hami_common.podshape import pod_problem
-from hami_common.quantity import MIB, cpu_millis, has_unit, memory_mib, parse_quantity
+from hami_common.quantity import MIB, cpu_millis, has_binary_unit, memory_mib, parse_quantity
 
 _TRUE = ("true", "1", "t", "yes")
 _FALSE = ("false", "0", "f", "no", "")
@@ -126,12 +126,13 @@ def _lookup(resources: Mapping, key: str):
 
 
 def _gpu_int(container: str, key: str, raw) -> int:
-    """A GPU resource value as a non-negative integer (gpumem with a unit is bytes -> MiB)."""
+    """A GPU resource value as a non-negative integer. gpumem is MiB as HAMi reads it (so the
+    API server's canonical "3k" is 3000 MiB); with a binary unit ("2Gi") it is bytes -> MiB."""
     try:
         value = parse_quantity(raw)
     except HamiFormatError as e:
         raise RequestError(f"container {container!r}: {key} {raw!r} is not a number") from e
-    if key == C.RESOURCE_MEM and has_unit(raw):
+    if key == C.RESOURCE_MEM and has_binary_unit(raw):
         if value % MIB:
             raise RequestError(f"container {container!r}: {key} {raw!r} is not a whole number "
                                "of MiB; give MiB as a plain integer, e.g. 3000")

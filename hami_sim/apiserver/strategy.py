@@ -10,7 +10,10 @@ import uuid
 from datetime import datetime, timezone
 
 from . import validation
+from hami_common.errors import HamiFormatError
+
 from .errors import bad_request, conflict, invalid
+from .quantity import canonical
 from .resources import Resource
 
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -57,6 +60,23 @@ def _namespace(res: Resource, meta: dict, namespace: str | None) -> None:
     meta["namespace"] = namespace
 
 
+def _canonical_quantities(resources) -> None:
+    """The real server stores every quantity as a string in its canonical spelling, also one
+    sent as a JSON number (`nvidia.com/gpu: 1` in YAML applied by kubectl): 3000 -> "3k".
+    A malformed one is left for validation, which answers 422 naming its field."""
+    if not isinstance(resources, dict):
+        return
+    for part in ("limits", "requests"):
+        values = resources.get(part)
+        if isinstance(values, dict):
+            for key, qty in values.items():
+                if isinstance(qty, (int, float, str)) and not isinstance(qty, bool):
+                    try:
+                        values[key] = canonical(qty)
+                    except HamiFormatError:
+                        pass
+
+
 def _pod_defaults(pod: dict) -> None:
     spec = pod.setdefault("spec", {})
     if not isinstance(spec, dict):
@@ -74,6 +94,7 @@ def _pod_defaults(pod: dict) -> None:
             tagged = ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")
             c.setdefault("imagePullPolicy", "IfNotPresent" if tagged else "Always")
             resources = c.get("resources")
+            _canonical_quantities(resources)
             if isinstance(resources, dict) and isinstance(resources.get("limits"), dict):
                 # As the real server does: a limit without a request requests the limit.
                 requests = resources.setdefault("requests", {})

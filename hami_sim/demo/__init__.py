@@ -1,1 +1,2 @@
-"""Demos on simulated hardware."""
+"""The end-to-end demo on a simulated cluster (`hami-sim demo`, `hami-sim cluster up`) and the
+tour of the simulated GPUs (`hami-sim demo --gpu-tour`); docs/demo.md."""

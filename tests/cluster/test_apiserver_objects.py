@@ -25,9 +25,29 @@ def test_defaults_on_create(core_v1):
     assert pod.status.phase == "Pending"
     assert pod.spec.scheduler_name == "default-scheduler"
     assert pod.spec.containers[0].resources.requests == {"nvidia.com/gpu": "1",
-                                                         "nvidia.com/gpumem": "3000"}
+                                                         "nvidia.com/gpumem": "3k"}
     again = core_v1.read_namespaced_pod("web", "default")
     assert again.metadata.resource_version == meta.resource_version
+
+
+def test_quantities_sent_as_numbers_are_stored_as_canonical_strings(apiserver, core_v1):
+    """kubectl sends `nvidia.com/gpu: 1` from YAML as a JSON number; the server stores strings
+    (the client's models refuse numbers, so a watcher would break on the pod), spelled the
+    server's canonical way (0.5 -> "500m", 3000 -> "3k")."""
+    import urllib.request
+    body = pod_body("numbers", containers=[{"name": "main", "image": "busybox:1.36",
+                                            "resources": {"limits": {"nvidia.com/gpu": 1,
+                                                                     "cpu": 0.5,
+                                                                     "nvidia.com/gpumem": 3000}}}])
+    req = urllib.request.Request(apiserver.url + "/api/v1/namespaces/default/pods",
+                                 data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 201
+    pod = core_v1.read_namespaced_pod("numbers", "default")
+    stored = {"nvidia.com/gpu": "1", "cpu": "500m", "nvidia.com/gpumem": "3k"}
+    assert pod.spec.containers[0].resources.limits == stored
+    assert pod.spec.containers[0].resources.requests == stored
 
 
 def test_resource_versions_increase_cluster_wide(core_v1):

@@ -61,7 +61,7 @@ def test_status_without_state_and_bad_xid_device_fail_clearly(tmp_path, sim):
 
 
 def test_demo_tours_devices_kernels_and_out_of_memory(sim):
-    result = hami_sim("demo", env=sim.env)
+    result = hami_sim("demo", "--gpu-tour", env=sim.env)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "GPU 0: NVIDIA A100-SXM4-40GB" in out and "GPU 1: Tesla T4" in out

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+from hami_common.lifeline import watch_parent
 from hami_control.cluster.api import ApiError
 from hami_control.config import from_args
 from hami_control.errors import ConfigError
@@ -29,6 +30,7 @@ def _serve(config) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    watch_parent(stop.set)      # started by a launcher: end with it
     plane = ControlPlane(config, api).start()
     if not config.tls:
         log.warning("serving plain HTTP (no --tls-cert): fine for the extender on loopback, "

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from hami_common.lifeline import child_options
 from hami_sim.extender_client import ExtenderClient
 
 START_TIMEOUT_S = 30.0
@@ -90,7 +91,7 @@ def _start_process(args: list, ca_file, env) -> RunningControl:
     from hami_sim.launch import stop_process
     proc = subprocess.Popen([sys.executable, "-m", "hami_control.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)
+                            start_new_session=True, **child_options(env))
     box: list = []
     reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
     reader.start()

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from hami_common.lifeline import child_options
+
 from .kubeconfig import write_kubeconfig
 
 START_TIMEOUT_S = 20.0
@@ -78,7 +80,7 @@ def _read_first_line(proc: subprocess.Popen, timeout: float) -> str:
 def _spawn(args: list[str], expect: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "hami_sim.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=env)
+                            **child_options(env))      # ends when this process does
     line = _read_first_line(proc, START_TIMEOUT_S)
     if not line.startswith(expect):
         stop_process(proc)
@@ -100,7 +102,7 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace: float
             proc.wait(timeout=grace)
         except ProcessLookupError:
             pass  # already gone
-    for stream in (proc.stdout, proc.stderr):
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream:
             stream.close()
 

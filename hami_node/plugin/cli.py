@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import List, Optional
 
+from hami_common.lifeline import watch_parent
 from hami_node.plugin import config as cfg
 from hami_node.plugin.errors import ConfigError, NodeAgentError
 
@@ -57,6 +58,7 @@ def cmd_serve(argv: List[str]) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    watch_parent(stop.set)      # started by a launcher (tests, the demo): end with it
     from hami_node.plugin.daemon import NodeAgent
     try:
         agent = NodeAgent(config, usage_reader=_usage_reader(), log=log).start()

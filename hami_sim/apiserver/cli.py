@@ -16,6 +16,8 @@ import signal
 import sys
 import threading
 
+from hami_common.lifeline import watch_parent
+
 from .faults import FaultConfigError, Faults
 from .server import ApiServer, StateFileError
 
@@ -145,6 +147,7 @@ def main(argv=None) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    watch_parent(done.set)      # started by a launcher: end with it
     done.wait()
     server.stop()
     return 0

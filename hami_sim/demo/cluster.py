@@ -28,6 +28,7 @@ from typing import Callable, Optional, Sequence
 from hami_common import constants as C
 from hami_common import node_register
 from hami_common.errors import HamiFormatError
+from hami_common.lifeline import child_options
 from hami_sim.gpu import sim_env
 from hami_sim.kubeconfig import write_kubeconfig
 from hami_sim.launch import START_TIMEOUT_S, start_apiserver, start_kubelet, stop_process
@@ -132,8 +133,8 @@ class SimNode:
                      "--kubeconfig", str(self._apiserver.kubeconfig),
                      "--shim-host-dir", str(self.shim_dir), "--metrics-address", "127.0.0.1:0",
                      "--device-split-count", str(self.spec.split), "--annotation-interval", "1"],
-            env=self.env, stdout=subprocess.PIPE, stderr=agent_log, text=True,
-            start_new_session=True)
+            stdout=subprocess.PIPE, stderr=agent_log, text=True, start_new_session=True,
+            **child_options(self.env))        # the agent ends when the demo does
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Waits for the agent's `ready` line and for kubelet to see every virtual device."""

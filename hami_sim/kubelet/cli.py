@@ -18,6 +18,7 @@ import threading
 from kubernetes.client.rest import ApiException
 
 from hami_common.deviceplugin import DEFAULT_PLUGIN_DIR
+from hami_common.lifeline import watch_parent
 
 from .kubelet import KubeletDouble
 
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
     stop, restart = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    watch_parent(stop.set)      # started by a launcher: end with it
     signal.signal(signal.SIGHUP, lambda *_: restart.set())
     while not stop.wait(0.1):
         if restart.is_set():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import queue
 import statistics
 import threading
 import time
@@ -182,8 +183,23 @@ class HttpPlacer:
         for worker in self._workers:
             worker.start()
 
+    def _next(self, q, worker, what: str, timeout: float = 120.0):
+        """The next item of q, which `worker` fills; a clear error, not a wait for the
+        timeout, when that worker has died (a helper's crash never hangs the replay)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return q.get(timeout=0.5)
+            except queue.Empty:
+                if not worker.is_alive():
+                    raise ReplayHttpError(f"the {worker.name} helper exited (status "
+                                          f"{worker.exitcode}) before {what}") from None
+                if time.monotonic() > deadline:
+                    raise ReplayHttpError(f"no {what} within {timeout:.0f} s") from None
+
     def _stored(self, pod: dict) -> dict:
-        name, stored = self._ahead.get(timeout=120)
+        name, stored = self._next(self._ahead, self._workers[0],
+                                  f"pod {pod['metadata']['name']} was created")
         if isinstance(stored, str):
             raise ReplayHttpError(f"creating pod {name} failed: {stored}")
         if name != pod["metadata"]["name"]:
@@ -217,8 +233,11 @@ class HttpPlacer:
     def drain(self, timeout: float = 300.0) -> None:
         """Waits for the binds in flight and collects their errors."""
         self._jobs.put(None)
-        self.bind_errors = self._results.get(timeout=timeout)
-        self.close()
+        try:
+            self.bind_errors = self._next(self._results, self._workers[1],
+                                          "the binds in flight finished", timeout)
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Stops the helper processes (at once if they still run)."""

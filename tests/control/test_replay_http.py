@@ -39,3 +39,35 @@ def test_http_replay_refuses_baselines(tmp_path):
                            "--http", "--policy", "fgd"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "in-process baseline" in proc.stderr
+
+
+def test_placer_reports_a_dead_helper_instead_of_waiting(tmp_path):
+    """A helper process that dies (here: killed) makes the next placement fail at once with
+    the helper named, not after the queue's two-minute timeout."""
+    import time
+
+    import pytest
+
+    from hami_control.launch import start_control
+    from hami_sim.launch import start_apiserver
+    from hami_sim.replay.http_placer import HttpPlacer, ReplayHttpError
+    from hami_sim.replay.trace import load_nodes, load_pods
+    (tmp_path / "nodes.csv").write_text(NODES)
+    (tmp_path / "pods.csv").write_text(PODS)
+    nodes, pods = load_nodes(tmp_path / "nodes.csv"), load_pods(tmp_path / "pods.csv")
+    manifests = [p.pod_object(name=f"{p.name}-{i}") for i, p in enumerate(pods * 50)]
+    apiserver = start_apiserver(process=True)
+    control = start_control(str(apiserver.kubeconfig), process=True,
+                            extra_args=["--no-leader-elect", "--handshake-interval", "0"])
+    placer = HttpPlacer(apiserver.url, control.url, nodes, manifests)
+    try:
+        placer._workers[0].kill()
+        start = time.monotonic()
+        with pytest.raises(ReplayHttpError, match="admit-ahead helper exited"):
+            for pod in manifests:         # what it queued before dying is placed first
+                placer.place(pod)
+        assert time.monotonic() - start < 30
+    finally:
+        placer.close()
+        control.stop()
+        apiserver.stop()

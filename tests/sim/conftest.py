@@ -29,6 +29,11 @@ PRELUDE = textwrap.dedent('''
         ok(cu.cuInit(0))
         return ok(cu.cuCtxCreate(None, 0, ok(cu.cuDeviceGet(dev))))
 
+    def used():
+        """Device memory in use on the current context's device, as cuMemGetInfo sees it."""
+        free, total = ok(cu.cuMemGetInfo())
+        return total - free
+
     def spin_function():
         module = ok(cu.cuModuleLoadData(b"any image will do"))
         return ok(cu.cuModuleGetFunction(module, b"spin"))

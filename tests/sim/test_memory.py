@@ -80,7 +80,6 @@ def test_memcpy_and_memset_round_trip(sim):
 def test_allocation_rounding_pitch_managed_and_host(sim):
     out, _ = sim.run('''
         ctx = context(0)
-        def used(): free, total = ok(cu.cuMemGetInfo()); return total - free
         base = used()
         small = ok(cu.cuMemAlloc(1000)); s = used() - base
         big = ok(cu.cuMemAlloc(3 * 1024**2 + 1)); b = used() - base - s

@@ -6,7 +6,6 @@ def test_pool_reserves_in_chunks_and_trims_at_synchronize(sim):
     out, _ = sim.run('''
         ctx = context(0)
         A = cu.CUmemPool_attribute
-        def used(): free, total = ok(cu.cuMemGetInfo()); return total - free
         def attr(pool, a): return int(ok(cu.cuMemPoolGetAttribute(pool, a)))
         pool = ok(cu.cuDeviceGetDefaultMemPool(0))
         stream = ok(cu.cuStreamCreate(0))
@@ -64,7 +63,6 @@ def test_created_pool_counts_against_the_device_and_can_run_out(sim):
 def test_vmm_physical_memory_is_counted_mapped_and_usable(sim):
     out, _ = sim.run('''
         ctx = context(0)
-        def used(): free, total = ok(cu.cuMemGetInfo()); return total - free
         prop = cu.CUmemAllocationProp()
         prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -97,7 +95,6 @@ def test_vmm_physical_memory_is_counted_mapped_and_usable(sim):
 def test_arrays_take_memory_from_their_descriptor(sim):
     out, _ = sim.run('''
         ctx = context(0)
-        def used(): free, total = ok(cu.cuMemGetInfo()); return total - free
         d = cu.CUDA_ARRAY_DESCRIPTOR()
         d.Width, d.Height, d.NumChannels = 1024, 1024, 4
         d.Format = cu.CUarray_format.CU_AD_FORMAT_FLOAT

@@ -84,7 +84,6 @@ def test_memory_is_charged_to_the_physical_device_behind_a_visible_index(sim):
 def test_mipmapped_arrays_count_every_level(sim):
     out, _ = sim.run('''
         ctx = context(0)
-        def used(): free, total = ok(cu.cuMemGetInfo()); return total - free
         d = cu.CUDA_ARRAY3D_DESCRIPTOR()
         d.Width, d.Height, d.Depth = 1024, 1024, 0
         d.Format = cu.CUarray_format.CU_AD_FORMAT_FLOAT

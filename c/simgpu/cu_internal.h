@@ -92,8 +92,9 @@ void sim_ctx_wait(struct CUctx_st *ctx);
 /* ---- cu_pool.c ---- */
 /* Returns unused pool reservations above their release thresholds (at synchronize). */
 void sim_pools_trim(int dev);
-/* Frees an allocation that came from a pool; 0 when `ptr` is not one. */
-int sim_pool_free_ptr(CUdeviceptr ptr);
+/* Returns a pool allocation, already taken from the allocation table, to its pool. */
+struct sim_alloc;
+void sim_pool_release(const struct sim_alloc *a);
 
 /* ---- cu_memory.c ---- */
 /* Device memory rounding: 512 B up to 1 MiB, 2 MiB pages above. */

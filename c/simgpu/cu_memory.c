@@ -116,8 +116,8 @@ static CUresult free_alloc(uintptr_t base, int host)
         return CUDA_ERROR_INVALID_VALUE;
     }
     if (a.kind == ALLOC_POOL) {
-        sim_alloc_put(&a);
-        return sim_pool_free_ptr((CUdeviceptr)base) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+        sim_pool_release(&a);
+        return CUDA_SUCCESS;
     }
     munmap((void *)a.base, a.size);
     if (a.charged)

@@ -114,7 +114,18 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct CUmemPoolHand
     return CUDA_SUCCESS;
 }
 
-int sim_pool_free_ptr(CUdeviceptr ptr)
+void sim_pool_release(const struct sim_alloc *a)
+{
+    munmap((void *)a->base, a->size);
+    struct CUmemPoolHandle_st *p = a->owner;
+    pthread_mutex_lock(&pool_lock);
+    if (p->magic == MAGIC_POOL) /* a destroyed pool already returned its reservation */
+        p->used -= a->size < p->used ? a->size : p->used;
+    pthread_mutex_unlock(&pool_lock);
+}
+
+/* Frees an allocation that came from a pool; 0 when `ptr` is not one. */
+static int pool_free_ptr(CUdeviceptr ptr)
 {
     struct sim_alloc a;
     if (sim_alloc_take((uintptr_t)ptr, &a) < 0)
@@ -123,12 +134,7 @@ int sim_pool_free_ptr(CUdeviceptr ptr)
         sim_alloc_put(&a);
         return 0;
     }
-    munmap((void *)a.base, a.size);
-    struct CUmemPoolHandle_st *p = a.owner;
-    pthread_mutex_lock(&pool_lock);
-    if (p->magic == MAGIC_POOL) /* a destroyed pool already returned its reservation */
-        p->used -= a.size < p->used ? a.size : p->used;
-    pthread_mutex_unlock(&pool_lock);
+    sim_pool_release(&a);
     return 1;
 }
 
@@ -155,7 +161,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, int pt)
     CUresult rc = sim_stream(h, pt, &s);
     if (rc != CUDA_SUCCESS)
         return rc;
-    return sim_pool_free_ptr(dptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return pool_free_ptr(dptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 SIM_API CUresult cuMemAllocAsync(CUdeviceptr *d, size_t n, CUstream h)

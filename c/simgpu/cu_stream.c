@@ -69,6 +69,12 @@ void sim_ctx_wait(struct CUctx_st *ctx)
         sim_sleep_until(t);
 }
 
+/* End of the work a stream waits for: the legacy stream waits for its whole context. */
+static int64_t stream_tail(const struct CUstream_st *s)
+{
+    return s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
+}
+
 static CUresult create_stream(CUstream *phStream, unsigned int flags, int priority)
 {
     struct CUctx_st *c = NULL;
@@ -134,8 +140,7 @@ static CUresult stream_query(CUstream h, int pt)
     CUresult rc = sim_stream(h, pt, &s);
     if (rc != CUDA_SUCCESS)
         return rc;
-    int64_t t = s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
-    return sim_now_ns() >= t ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return sim_now_ns() >= stream_tail(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 static CUresult stream_wait_event(CUstream h, CUevent ev, int pt)
@@ -196,7 +201,7 @@ static CUresult event_record(CUevent ev, CUstream h, int pt)
      * stream's own work and, the device being time-sliced in submission order, after
      * everything queued on it before (another process's kernels too). A real GPU stamps an
      * event when it processes it in the stream, which needs the stream's context to run. */
-    int64_t t = s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
+    int64_t t = stream_tail(s);
     int64_t now = sim_now_ns();
     int64_t device = __atomic_load_n(&sim_device(s->ctx->dev)->busy_until_ns, __ATOMIC_ACQUIRE);
     t = t > now ? t : now;

@@ -46,6 +46,13 @@ static struct CUmemPoolHandle_st *default_pool(int dev)
     return &default_pools[dev];
 }
 
+/* The pool cuMemAllocAsync uses on a device: the one set by cuDeviceSetMemPool, else the
+ * default pool. */
+static struct CUmemPoolHandle_st *current_pool(int dev)
+{
+    return current_pools[dev] ? current_pools[dev] : default_pool(dev);
+}
+
 static void trim_locked(struct CUmemPoolHandle_st *p, uint64_t keep_at_least)
 {
     uint64_t keep = sim_round_up(p->used, SIM_GRANULARITY);
@@ -146,10 +153,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, 
         return rc;
     if (!dptr || bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!pool) {
-        int dev = s->ctx->dev;
-        pool = current_pools[dev] ? current_pools[dev] : default_pool(dev);
-    }
+    if (!pool)
+        pool = current_pool(s->ctx->dev);
     if (pool->magic != MAGIC_POOL)
         return CUDA_ERROR_INVALID_VALUE;
     return pool_alloc(dptr, bytes, pool);
@@ -323,7 +328,7 @@ SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     if (rc == CUDA_SUCCESS && !pool)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
-        *pool = current_pools[dev] ? current_pools[dev] : default_pool(dev);
+        *pool = current_pool(dev);
     return rc;
 }
 

@@ -12,14 +12,14 @@ static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread struct CUctx_st *ctx_stack[CTX_STACK_DEPTH];
 static __thread int ctx_depth;
 
-struct CUctx_st *sim_current_ctx(void) { return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; }
+static struct CUctx_st *current_ctx(void) { return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; }
 
 CUresult sim_require_ctx(struct CUctx_st **out)
 {
     CUresult rc = sim_cu_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
-    struct CUctx_st *c = sim_current_ctx();
+    struct CUctx_st *c = current_ctx();
     if (!c || c->magic != MAGIC_CTX)
         return CUDA_ERROR_INVALID_CONTEXT;
     *out = c;
@@ -225,7 +225,7 @@ SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
     if (rc == CUDA_SUCCESS && !pctx)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS)
-        *pctx = sim_current_ctx();
+        *pctx = current_ctx();
     return rc;
 }
 

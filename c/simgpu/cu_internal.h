@@ -76,7 +76,6 @@ CUresult sim_cu_ready(void);
 CUresult sim_check_device(CUdevice dev);
 
 /* ---- cu_context.c ---- */
-struct CUctx_st *sim_current_ctx(void);
 /* The current context, or an error when there is none. */
 CUresult sim_require_ctx(struct CUctx_st **out);
 

@@ -19,6 +19,7 @@ static int grow_locked(void)
     struct sim_alloc *fresh = calloc(new_cap, sizeof *fresh);
     if (!fresh)
         return -1;
+    size_t live = 0; /* tombstones are dropped */
     for (size_t i = 0; i < capacity; i++) {
         if (slots[i].base <= TOMBSTONE)
             continue;
@@ -26,10 +27,8 @@ static int grow_locked(void)
         while (fresh[j].base)
             j = (j + 1) & (new_cap - 1);
         fresh[j] = slots[i];
+        live++;
     }
-    size_t live = 0;
-    for (size_t i = 0; i < new_cap; i++)
-        live += fresh[i].base != 0;
     free(slots);
     slots = fresh;
     capacity = new_cap;

@@ -110,3 +110,20 @@ def test_arrays_take_memory_from_their_descriptor(sim):
         say(two_d=a2, three_d=a3, depth=desc.Depth, after=used())
     ''')
     assert out == [{"two_d": 16 * MiB, "three_d": 256 * 1024, "depth": 64, "after": 0}]
+
+
+def test_mipmapped_arrays_count_every_level(sim):
+    out, _ = sim.run('''
+        ctx = context(0)
+        d = cu.CUDA_ARRAY3D_DESCRIPTOR()
+        d.Width, d.Height, d.Depth = 1024, 1024, 0
+        d.Format = cu.CUarray_format.CU_AD_FORMAT_FLOAT
+        d.NumChannels = 4
+        base = used()
+        m = ok(cu.cuMipmappedArrayCreate(d, 3))       # 16 MiB + 4 MiB + 1 MiB
+        held = used() - base
+        ok(cu.cuMipmappedArrayDestroy(m))
+        say(held=held, after=used() - base,
+            too_many=error_name(cu.cuMipmappedArrayCreate(d, 12)))
+    ''')
+    assert out == [{"held": 22 * MiB, "after": 0, "too_many": "CUDA_ERROR_INVALID_VALUE"}]

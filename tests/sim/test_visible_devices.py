@@ -1,5 +1,5 @@
 """Device visibility (HAMI_SIM_VISIBLE_DEVICES as a container runtime, CUDA_VISIBLE_DEVICES as
-the driver) and mipmapped arrays."""
+the driver)."""
 import pytest
 
 MiB = 1 << 20
@@ -79,20 +79,3 @@ def test_memory_is_charged_to_the_physical_device_behind_a_visible_index(sim):
     ''')
     proc.stdin.close()
     assert out == [{"used": [0, 64 * MiB]}]
-
-
-def test_mipmapped_arrays_count_every_level(sim):
-    out, _ = sim.run('''
-        ctx = context(0)
-        d = cu.CUDA_ARRAY3D_DESCRIPTOR()
-        d.Width, d.Height, d.Depth = 1024, 1024, 0
-        d.Format = cu.CUarray_format.CU_AD_FORMAT_FLOAT
-        d.NumChannels = 4
-        base = used()
-        m = ok(cu.cuMipmappedArrayCreate(d, 3))       # 16 MiB + 4 MiB + 1 MiB
-        held = used() - base
-        ok(cu.cuMipmappedArrayDestroy(m))
-        say(held=held, after=used() - base,
-            too_many=error_name(cu.cuMipmappedArrayCreate(d, 12)))
-    ''')
-    assert out == [{"held": 22 * MiB, "after": 0, "too_many": "CUDA_ERROR_INVALID_VALUE"}]

@@ -11,12 +11,22 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "hooks.h"
 #include "vgpu_shared.h"
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 #define VGPU_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* CLOCK_MONOTONIC in ns: the clock of the liveness sweeps and of the compute limiter (the
+ * shared file's timestamps, and hami-smi, use it too). */
+static inline int64_t vgpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 /* The error every gated call returns once the shim refused its configuration. */
 #define VGPU_REFUSED_CU CUDA_ERROR_NOT_PERMITTED

@@ -113,6 +113,21 @@ CUresult vgpu_count_end(CUresult rc, enum vgpu_kind kind, uintptr_t key, int rec
 /* After the driver released an object taken from the map (had = 1) with answer `rc`. */
 CUresult vgpu_count_release(CUresult rc, enum vgpu_kind kind, uintptr_t key, int had,
                             const struct vgpu_entry *e);
+/* Body of a hook that creates a counted object of `bytes` on record `rec` (< 0: not counted,
+ * the driver answers alone): reserve, ask the driver, record the key it wrote to *handle. */
+#define VGPU_CREATE_COUNTED(kind, rec, bytes, handle, call)                                    \
+    do {                                                                                       \
+        int crec_ = (rec);                                                                     \
+        if (crec_ < 0)                                                                         \
+            return call;                                                                       \
+        uint64_t csize_ = (bytes);                                                             \
+        CUresult crc_ = vgpu_count_begin(crec_, csize_);                                       \
+        if (crc_ != CUDA_SUCCESS)                                                              \
+            return crc_;                                                                       \
+        crc_ = call;                                                                           \
+        return vgpu_count_end(crc_, kind, crc_ == CUDA_SUCCESS ? (uintptr_t) * (handle) : 0,   \
+                              crec_, csize_);                                                  \
+    } while (0)
 /* Body of a hook that destroys a counted object: forget it, ask the driver, give back. */
 #define VGPU_RELEASE_COUNTED(kind, key, call)                                                  \
     do {                                                                                       \

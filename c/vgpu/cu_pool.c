@@ -104,21 +104,28 @@ static uint64_t reserved(const struct pool *p)
     return attribute(p->handle, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
 }
 
+/* Counts the pool's growth from `*counted` to `now` when it fits the limit: 0, else -1. */
+static int count_growth(const struct pool *p, uint64_t *counted, uint64_t now)
+{
+    if (now > *counted) {
+        if (vgpu_charge(p->rec, now - *counted) != 0)
+            return -1;
+        *counted = now;
+    }
+    return 0;
+}
+
 /* After a successful allocation counted up to `*counted`: makes the pool's real reservation
  * fit the limit, trimming the surplus of a large growth, else freeing and refusing. */
 static CUresult fit_growth(struct pool *p, const struct pool_call *c, uint64_t *counted,
                            uint64_t *now)
 {
-    if (*now <= *counted || vgpu_charge(p->rec, *now - *counted) == 0) {
-        *counted = *now > *counted ? *now : *counted;
+    if (count_growth(p, counted, *now) == 0)
         return CUDA_SUCCESS;
-    }
     CALL_CU(cuMemPoolTrimTo, p->handle, 0); /* keeps only what is in use */
     *now = reserved(p);
-    if (*now <= *counted || vgpu_charge(p->rec, *now - *counted) == 0) {
-        *counted = *now > *counted ? *now : *counted;
+    if (count_growth(p, counted, *now) == 0)
         return CUDA_SUCCESS;
-    }
     real_free(c);
     CALL_CU(cuMemPoolTrimTo, p->handle, 0);
     *now = reserved(p);

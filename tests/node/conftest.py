@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -295,7 +294,3 @@ def gpu_uuids(shared_node):
     """The shared node's GPU UUIDs."""
     return shared_node[0].uuids()
 
-
-def short_dir() -> Path:
-    """A short temporary directory (Unix socket paths)."""
-    return Path(tempfile.mkdtemp(prefix="hami-t-", dir="/tmp"))

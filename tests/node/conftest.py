@@ -23,6 +23,7 @@ from hami_node.shim import lib_path
 from hami_sim.gpu import sim_env
 from hami_sim.launch import short_tempdir, start_apiserver, start_kubelet, stop_process
 from hami_sim.testing import *  # noqa: F401,F403
+from hami_sim.testing import pod_manifest
 
 NODE = "node-1"
 GPUS = "16g/108/NVIDIA A100-SXM4-40GB,15g/40/Tesla T4"
@@ -162,8 +163,8 @@ class Scheduler:
 
     def create(self, name, containers, init_containers=(), namespace="default") -> dict:
         """Creates the pod (pending, unscheduled)."""
-        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                "spec": {"containers": list(containers), "schedulerName": C.SCHEDULER_NAME}}
+        body = pod_manifest(name, list(containers))
+        body["spec"]["schedulerName"] = C.SCHEDULER_NAME
         if init_containers:
             body["spec"]["initContainers"] = list(init_containers)
         resp = self.v1.create_namespaced_pod(namespace, body, _preload_content=False)

@@ -12,7 +12,7 @@ from hami_common import handshake
 from hami_common.deviceplugin import HEALTHY, UNHEALTHY
 from hami_sim.launch import short_tempdir
 
-from conftest import GPUS, SPLIT, Scheduler, samples, wait_for
+from nodehelpers import GPUS, SPLIT, Scheduler, samples, wait_for
 
 
 def _inject_xid(node, index, xid):

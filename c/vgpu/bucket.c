@@ -29,13 +29,6 @@ __attribute__((constructor)) static void register_fork_handler(void)
     pthread_atfork(NULL, NULL, reset_gate);
 }
 
-int64_t vgpu_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void sleep_until(int64_t t)
 {
     struct timespec ts = {(time_t)(t / 1000000000LL), (long)(t % 1000000000LL)};

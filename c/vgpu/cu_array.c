@@ -29,19 +29,14 @@ static uint64_t array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int level
     return vgpu_driver_size(total);
 }
 
-/* Charges `bytes` to the current context's device, runs `call`, records the handle. */
-#define CREATE_COUNTED(kind, bytes, handle, call)                                              \
-    do {                                                                                       \
-        CUresult rc_;                                                                          \
-        int rec_ = vgpu_current_record(&rc_);                                                  \
-        if (rec_ < 0 || !(handle) || !(bytes))                                                 \
-            return call;                                                                       \
-        if ((rc_ = vgpu_count_begin(rec_, bytes)) != CUDA_SUCCESS)                             \
-            return rc_;                                                                        \
-        rc_ = call;                                                                            \
-        return vgpu_count_end(rc_, kind, rc_ == CUDA_SUCCESS ? (uintptr_t) * (handle) : 0,     \
-                              rec_, bytes);                                                    \
-    } while (0)
+/* The record to charge an object of `bytes` to: the current context's device; -1 (not
+ * counted, the driver answers alone) without a handle to write or with nothing to count. */
+static int record_for(const void *handle, uint64_t bytes)
+{
+    CUresult rc;
+    int rec = vgpu_current_record(&rc);
+    return handle && bytes ? rec : -1;
+}
 
 CUresult hook_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *p)
 {
@@ -50,21 +45,23 @@ CUresult hook_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *p)
         CUDA_ARRAY3D_DESCRIPTOR d = {p->Width, p->Height, 0, p->Format, p->NumChannels, 0};
         bytes = array_bytes(&d, 1);
     }
-    CREATE_COUNTED(KIND_ARRAY, bytes, pHandle, CALL_CU(cuArrayCreate_v2, pHandle, p));
+    VGPU_CREATE_COUNTED(KIND_ARRAY, record_for(pHandle, bytes), bytes, pHandle,
+                        CALL_CU(cuArrayCreate_v2, pHandle, p));
 }
 
 CUresult hook_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *p)
 {
     uint64_t bytes = p ? array_bytes(p, 1) : 0;
-    CREATE_COUNTED(KIND_ARRAY, bytes, pHandle, CALL_CU(cuArray3DCreate_v2, pHandle, p));
+    VGPU_CREATE_COUNTED(KIND_ARRAY, record_for(pHandle, bytes), bytes, pHandle,
+                        CALL_CU(cuArray3DCreate_v2, pHandle, p));
 }
 
 CUresult hook_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *p,
                                      unsigned int levels)
 {
     uint64_t bytes = p ? array_bytes(p, levels) : 0;
-    CREATE_COUNTED(KIND_MIPMAP, bytes, pHandle,
-                   CALL_CU(cuMipmappedArrayCreate, pHandle, p, levels));
+    VGPU_CREATE_COUNTED(KIND_MIPMAP, record_for(pHandle, bytes), bytes, pHandle,
+                        CALL_CU(cuMipmappedArrayCreate, pHandle, p, levels));
 }
 
 CUresult hook_cuArrayDestroy(CUarray hArray)

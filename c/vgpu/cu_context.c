@@ -12,17 +12,8 @@ static uint64_t overhead(void) { return vgpu_config()->ctx_overhead; }
 
 /* Charges a context's overhead on `dev` before the driver creates it. */
 #define CREATE_CONTEXT(pctx, dev, call)                                                        \
-    do {                                                                                       \
-        int rec_ = overhead() && (pctx) ? vgpu_record_of_ordinal(dev) : -1;                    \
-        if (rec_ < 0)                                                                          \
-            return call;                                                                       \
-        CUresult rc_ = vgpu_count_begin(rec_, overhead());                                     \
-        if (rc_ != CUDA_SUCCESS)                                                               \
-            return rc_;                                                                        \
-        rc_ = call;                                                                            \
-        return vgpu_count_end(rc_, KIND_CONTEXT, rc_ == CUDA_SUCCESS ? (uintptr_t) * (pctx) : 0, \
-                              rec_, overhead());                                               \
-    } while (0)
+    VGPU_CREATE_COUNTED(KIND_CONTEXT, overhead() && (pctx) ? vgpu_record_of_ordinal(dev) : -1, \
+                        overhead(), pctx, call)
 
 CUresult hook_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {

@@ -47,15 +47,11 @@ static CUresult alloc_counted(CUdeviceptr *dptr, size_t bytes, int managed, unsi
 {
     CUresult rc;
     int rec = vgpu_current_record(&rc);
-    if (rec < 0 || !dptr || bytes == 0) /* let the driver give its own answer */
-        return managed ? CALL_CU(cuMemAllocManaged, dptr, bytes, flags)
-                       : CALL_CU(cuMemAlloc_v2, dptr, bytes);
-    uint64_t size = vgpu_driver_size(bytes);
-    if ((rc = vgpu_count_begin(rec, size)) != CUDA_SUCCESS)
-        return rc;
-    rc = managed ? CALL_CU(cuMemAllocManaged, dptr, bytes, flags)
-                 : CALL_CU(cuMemAlloc_v2, dptr, bytes);
-    return vgpu_count_end(rc, KIND_MEMORY, rc == CUDA_SUCCESS ? (uintptr_t)*dptr : 0, rec, size);
+    if (!dptr || bytes == 0) /* let the driver give its own answer */
+        rec = -1;
+    VGPU_CREATE_COUNTED(KIND_MEMORY, rec, vgpu_driver_size(bytes), dptr,
+                        managed ? CALL_CU(cuMemAllocManaged, dptr, bytes, flags)
+                                : CALL_CU(cuMemAlloc_v2, dptr, bytes));
 }
 
 CUresult hook_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
@@ -107,17 +103,11 @@ CUresult hook_cuMemFree_v2(CUdeviceptr dptr)
 CUresult hook_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                           const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    int rec = -1;
+    int rec = -1; /* not counted: not device memory, or arguments the driver will refuse */
     if (handle && size && prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
         rec = vgpu_record_of_ordinal(prop->location.id);
-    if (rec < 0) /* not device memory, or arguments the driver will refuse */
-        return CALL_CU(cuMemCreate, handle, size, prop, flags);
-    CUresult rc = vgpu_count_begin(rec, size);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    rc = CALL_CU(cuMemCreate, handle, size, prop, flags);
-    return vgpu_count_end(rc, KIND_HANDLE, rc == CUDA_SUCCESS ? (uintptr_t)*handle : 0, rec,
-                          size);
+    VGPU_CREATE_COUNTED(KIND_HANDLE, rec, size, handle,
+                        CALL_CU(cuMemCreate, handle, size, prop, flags));
 }
 
 CUresult hook_cuMemRelease(CUmemGenericAllocationHandle handle)

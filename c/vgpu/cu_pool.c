@@ -104,21 +104,28 @@ static uint64_t reserved(const struct pool *p)
     return attribute(p->handle, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
 }
 
+/* Counts the pool's growth from `*counted` to `now` when it fits the limit: 0, else -1. */
+static int count_growth(const struct pool *p, uint64_t *counted, uint64_t now)
+{
+    if (now > *counted) {
+        if (vgpu_charge(p->rec, now - *counted) != 0)
+            return -1;
+        *counted = now;
+    }
+    return 0;
+}
+
 /* After a successful allocation counted up to `*counted`: makes the pool's real reservation
  * fit the limit, trimming the surplus of a large growth, else freeing and refusing. */
 static CUresult fit_growth(struct pool *p, const struct pool_call *c, uint64_t *counted,
                            uint64_t *now)
 {
-    if (*now <= *counted || vgpu_charge(p->rec, *now - *counted) == 0) {
-        *counted = *now > *counted ? *now : *counted;
+    if (count_growth(p, counted, *now) == 0)
         return CUDA_SUCCESS;
-    }
     CALL_CU(cuMemPoolTrimTo, p->handle, 0); /* keeps only what is in use */
     *now = reserved(p);
-    if (*now <= *counted || vgpu_charge(p->rec, *now - *counted) == 0) {
-        *counted = *now > *counted ? *now : *counted;
+    if (count_growth(p, counted, *now) == 0)
         return CUDA_SUCCESS;
-    }
     real_free(c);
     CALL_CU(cuMemPoolTrimTo, p->handle, 0);
     *now = reserved(p);
@@ -127,10 +134,9 @@ static CUresult fit_growth(struct pool *p, const struct pool_call *c, uint64_t *
 
 static CUresult pool_alloc(struct pool_call *c)
 {
-    CUresult rc;
-    CUdevice dev = -1;
-    int rec = vgpu_current_record(&rc);
-    if (rec >= 0 && !c->pool && CALL_CU(cuCtxGetDevice, &dev) == CUDA_SUCCESS)
+    CUdevice dev = -1; /* the current context's (vgpu_current_record, keeping the device) */
+    int rec = CALL_CU(cuCtxGetDevice, &dev) == CUDA_SUCCESS ? vgpu_record_of_ordinal(dev) : -1;
+    if (rec >= 0 && !c->pool)
         CALL_CU(cuDeviceGetMemPool, &c->pool, dev);
     if (rec < 0 || !c->pool || !c->dptr || c->bytes == 0)
         return real_alloc(c);
@@ -146,7 +152,7 @@ static CUresult pool_alloc(struct pool_call *c)
     uint64_t want = attribute(p->handle, CU_MEMPOOL_ATTR_USED_MEM_CURRENT) + c->bytes;
     uint64_t need = want > p->known ? (want - p->known + GRANULE - 1) / GRANULE * GRANULE : 0;
     uint64_t counted = p->known, now = p->known;
-    rc = vgpu_charge(rec, need) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = vgpu_charge(rec, need) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS) {
         counted += need;
         rc = real_alloc(c);

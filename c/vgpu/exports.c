@@ -1,6 +1,6 @@
 /* Everything generated from the hook lists in hooks.h: the symbol name table, the real and
  * hook address tables, and the exported wrappers, the only symbols libvgpu.so exports besides
- * dlsym (see vgpu.map). A wrapper
+ * dlsym (-fvisibility=hidden; VGPU_EXPORT marks them). A wrapper
  *   - passes a re-entrant call (vgpu_guard set) straight to the real function;
  *   - initialises once (pthread_once) and, for gated hooks, returns the fail-closed error when
  *     the configuration was refused;

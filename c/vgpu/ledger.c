@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "vgpu.h"
@@ -30,13 +29,6 @@ static pid_t my_pid;
 static uint64_t my_start;
 static int my_priority, stop_in_lock;
 static pthread_mutex_t claim_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Reads the start time (clock ticks after boot, field 22 of /proc/<pid>/stat) of a process:
  * 1 with *start set, 0 when it is a zombie (the driver frees a process's memory when it exits),
@@ -146,7 +138,7 @@ static void free_slot_locked(int i)
 
 void vgpu_reap(int force)
 {
-    int64_t now = now_ns();
+    int64_t now = vgpu_now_ns();
     int64_t last = __atomic_load_n(&shm->header.last_reap_ns, __ATOMIC_RELAXED);
     if (!force && now - last < VGPU_REAP_INTERVAL_NS)
         return;

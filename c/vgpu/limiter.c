@@ -87,8 +87,10 @@ void vgpu_limiter_done(const struct vgpu_launch *launch, struct vgpu_ticket *t, 
 {
     if (t->sample)
         vgpu_measure_end(t->sample, launch, rc == CUDA_SUCCESS);
-    uint32_t pct = t->rec >= 0 ? limit_of(t->rec) : 0;
-    if (rc != CUDA_SUCCESS && pct && t->charged_ns)
+    if (rc == CUDA_SUCCESS || t->rec < 0 || !t->charged_ns)
+        return; /* the usual case: nothing to refund */
+    uint32_t pct = limit_of(t->rec);
+    if (pct)
         vgpu_bucket_charge(&vgpu_device_at(t->rec)->compute, -t->charged_ns, pct, vgpu_now_ns(),
                            -1);
 }

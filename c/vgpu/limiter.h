@@ -81,7 +81,6 @@ void vgpu_limiter_done(const struct vgpu_launch *launch, struct vgpu_ticket *tic
                        CUresult rc);
 
 /* ---- bucket.c: the shared budget ---- */
-int64_t vgpu_now_ns(void);
 /* Sleeps (one sleeping thread per process, the others queue behind it) until the container
  * has credit on this device; returns the time then. */
 int64_t vgpu_bucket_wait(struct vgpu_compute *c, int64_t now);

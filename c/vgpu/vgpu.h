@@ -11,12 +11,22 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "hooks.h"
 #include "vgpu_shared.h"
 
 #define VGPU_EXPORT __attribute__((visibility("default")))
 #define VGPU_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* CLOCK_MONOTONIC in ns: the clock of the liveness sweeps and of the compute limiter (the
+ * shared file's timestamps, and hami-smi, use it too). */
+static inline int64_t vgpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 /* The error every gated call returns once the shim refused its configuration. */
 #define VGPU_REFUSED_CU CUDA_ERROR_NOT_PERMITTED
@@ -103,6 +113,21 @@ CUresult vgpu_count_end(CUresult rc, enum vgpu_kind kind, uintptr_t key, int rec
 /* After the driver released an object taken from the map (had = 1) with answer `rc`. */
 CUresult vgpu_count_release(CUresult rc, enum vgpu_kind kind, uintptr_t key, int had,
                             const struct vgpu_entry *e);
+/* Body of a hook that creates a counted object of `bytes` on record `rec` (< 0: not counted,
+ * the driver answers alone): reserve, ask the driver, record the key it wrote to *handle. */
+#define VGPU_CREATE_COUNTED(kind, rec, bytes, handle, call)                                    \
+    do {                                                                                       \
+        int crec_ = (rec);                                                                     \
+        if (crec_ < 0)                                                                         \
+            return call;                                                                       \
+        uint64_t csize_ = (bytes);                                                             \
+        CUresult crc_ = vgpu_count_begin(crec_, csize_);                                       \
+        if (crc_ != CUDA_SUCCESS)                                                              \
+            return crc_;                                                                       \
+        crc_ = call;                                                                           \
+        return vgpu_count_end(crc_, kind, crc_ == CUDA_SUCCESS ? (uintptr_t) * (handle) : 0,   \
+                              crec_, csize_);                                                  \
+    } while (0)
 /* Body of a hook that destroys a counted object: forget it, ask the driver, give back. */
 #define VGPU_RELEASE_COUNTED(kind, key, call)                                                  \
     do {                                                                                       \

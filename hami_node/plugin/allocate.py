@@ -164,26 +164,33 @@ def _disables_shim(spec: Mapping) -> bool:
                for e in spec.get("env") or [] if isinstance(e, Mapping))
 
 
-def build_envs(entry: Sequence, table: DeviceTable, limits: Limits,
-               priority: Optional[int]) -> dict:
-    """The container's environment (protocols section 5); the shim's variables are written,
-    and checked, by the shim's own Python side."""
-    memory, cores = {}, {}
-    for i, dev in enumerate(entry):
+def device_limits(entry: Sequence, table: DeviceTable, limits: Limits) -> tuple:
+    """(GPU UUID, memory MiB, SM percent) per visible device: the scheduler's figures, else
+    the node's defaults."""
+    out = []
+    for dev in entry:
         gpu = table.get(dev.uuid).gpu
-        memory[i] = dev.usedmem or limits.default_memory or \
+        memory = dev.usedmem or limits.default_memory or \
             int(gpu.memory_mib * limits.memory_scaling)
-        cores[i] = dev.usedcores or limits.default_cores
-    settings = ShimSettings(device_memory_limits={i: mib << 20 for i, mib in memory.items()},
-                            sm_limit=cores[0], device_sm_limits=cores,
-                            cache_path=L.CONTAINER_CACHE, priority=priority,
+        out.append((dev.uuid, memory, dev.usedcores or limits.default_cores))
+    return tuple(out)
+
+
+def build_envs(per_device: Sequence, limits: Limits, priority: Optional[int]) -> dict:
+    """The container's environment (protocols section 5) for its `device_limits`; the shim's
+    variables are written, and checked, by the shim's own Python side."""
+    memory = {i: mib << 20 for i, (_, mib, _) in enumerate(per_device)}
+    cores = {i: pct for i, (_, _, pct) in enumerate(per_device)}
+    settings = ShimSettings(device_memory_limits=memory, sm_limit=cores[0],
+                            device_sm_limits=cores, cache_path=L.CONTAINER_CACHE,
+                            priority=priority,
                             policy="disable" if limits.disable_core_limit else "default")
     try:
         envs = settings.to_env()
         ShimSettings.from_env(envs)   # what the shim would refuse is refused here, first
     except ShimError as e:
         raise AllocationError(f"the container's shim settings are invalid: {e}") from e
-    envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(d.uuid for d in entry)
+    envs["NVIDIA_VISIBLE_DEVICES"] = ",".join(uuid for uuid, _, _ in per_device)
     if limits.memory_scaling > 1:
         envs["CUDA_OVERSUBSCRIBE"] = "true"
     return envs
@@ -202,9 +209,8 @@ def plan_container(kubelet_ids: Sequence[str], entry: Sequence, spec: Mapping, p
     devices = [DeviceNode(p, p) for p in CONTROL_DEVICES]
     devices += [DeviceNode(f"/dev/nvidia{table.get(d.uuid).gpu.minor}",
                            f"/dev/nvidia{table.get(d.uuid).gpu.minor}") for d in entry]
-    envs = build_envs(entry, table, limits, _priority(spec))
-    per_device = tuple((d.uuid, int(envs[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"][:-1]),
-                        int(envs[f"CUDA_DEVICE_SM_LIMIT_{i}"])) for i, d in enumerate(entry))
+    per_device = device_limits(entry, table, limits)
+    envs = build_envs(per_device, limits, _priority(spec))
     return ContainerAnswer(container=name, envs=envs, mounts=tuple(mounts),
                            devices=tuple(devices), shared_dir=str(shared), limits=per_device,
                            warnings=warnings)

@@ -93,12 +93,13 @@ def cmd_install_shim(argv: List[str]) -> int:
     p.add_argument("--shim-host-dir", default=os.environ.get(key.env_name) or key.default,
                    help=f"host directory (env {key.env_name}; default {key.default})")
     args = p.parse_args(argv)
+    layout = HostLayout(Path(args.shim_host_dir))
     try:
-        versioned = install_shim(HostLayout(Path(args.shim_host_dir)), args.source)
+        versioned = install_shim(layout, args.source)
     except NodeAgentError as e:
         log(f"install-shim: {e}")
         return 1
-    print(f"installed {versioned} as {Path(args.shim_host_dir) / 'libvgpu.so'}", flush=True)
+    print(f"installed {versioned} as {layout.lib}", flush=True)
     return 0
 
 

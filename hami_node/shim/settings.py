@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, Mapping, Optional
 
 from hami_node.shim.errors import ShimConfigError, ShimError
+from hami_node.shim.layout import MAX_DEVICES, POLICY_NAMES
 from hami_node.shim.sizes import env_size, parse_size
 
 MEM_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
@@ -21,8 +22,7 @@ POLICY = "GPU_CORE_UTILIZATION_POLICY"
 PRIORITY = "CUDA_TASK_PRIORITY"
 LOG_LEVEL = "LIBCUDA_LOG_LEVEL"
 CONTEXT_OVERHEAD = "HAMI_VGPU_CONTEXT_OVERHEAD"
-POLICIES = ("default", "force", "disable")
-MAX_DEVICES = 16
+POLICIES = tuple(POLICY_NAMES.values())  # in the order of enum vgpu_policy
 _INDEXED = re.compile(rf"({MEM_LIMIT}|{SM_LIMIT})_(.*)")
 
 

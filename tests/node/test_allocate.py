@@ -11,7 +11,7 @@ from hami_common import constants as C
 from hami_common import pod_devices
 from hami_node.plugin.layout import CONTAINER_CACHE, CONTAINER_LIB, CONTAINER_SHARED_DIR
 
-from conftest import NODE, Scheduler, samples, wait_for
+from nodehelpers import NODE, Scheduler, samples, wait_for
 
 
 @pytest.fixture

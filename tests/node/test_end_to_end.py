@@ -11,7 +11,7 @@ import textwrap
 from hami_common import constants as C
 from hami_sim.container import start_container
 
-from conftest import SPLIT, Scheduler, samples, wait_for
+from nodehelpers import SPLIT, Scheduler, samples, wait_for
 
 MIB = 1 << 20
 PROGRAM = textwrap.dedent('''

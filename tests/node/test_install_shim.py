@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hami_sim.gpu import lib_dir
 
-from conftest import wait_for
+from nodehelpers import wait_for
 
 # Two different real shared libraries stand in for two versions of the shim.
 V1, V2 = lib_dir() / "libnvidia-ml.so.1", lib_dir() / "libcuda.so.1"

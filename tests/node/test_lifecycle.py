@@ -10,8 +10,9 @@ import time
 from hami_common import constants as C
 from hami_common import handshake
 from hami_common.deviceplugin import HEALTHY, UNHEALTHY
+from hami_sim.launch import short_tempdir
 
-from conftest import GPUS, SPLIT, Scheduler, samples, short_dir, wait_for
+from nodehelpers import GPUS, SPLIT, Scheduler, samples, wait_for
 
 
 def _inject_xid(node, index, xid):
@@ -26,7 +27,7 @@ def _health(kubelet, uuid):
 
 def test_registration_device_list_and_annotation(node_cluster):
     node, kubelet, sched = node_cluster
-    notify = short_dir() / "notify.sock"
+    notify = short_tempdir("hami-t-") / "notify.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     listener.bind(str(notify))
     listener.settimeout(10)

@@ -88,6 +88,17 @@ class Shim:
         threading.Thread(target=pump, daemon=True).start()
         return proc
 
+    @staticmethod
+    def next_line(proc, timeout=30):
+        """The next JSON line of a watched child; a failure when it says nothing in time."""
+        try:
+            line = proc.lines.get(timeout=timeout)
+        except queue.Empty:
+            line = ""
+        if not line:
+            raise AssertionError(f"child {proc.args[-1][-60:]!r} said nothing more")
+        return json.loads(line)
+
     def run(self, code=None, cmd=None, limit="1g", extra=(), env=None, timeout=60, check=True):
         """Runs a child to its end: (JSON lines of stdout, stderr, exit status)."""
         proc = self.spawn(code, cmd, limit, extra, env)

@@ -1,10 +1,8 @@
 """Processes of one container share one limit: atomically at the limit, through SIGKILLs (also
 of a process frozen inside the shared lock), and without serialising start-up."""
 import ctypes
-import json
 import mmap
 import os
-import queue
 import signal
 import subprocess
 import threading
@@ -35,17 +33,6 @@ RETRY = '''
 '''
 
 
-def read_line(proc, timeout=30):
-    """The next JSON line of a watched child; a failure when it says nothing in time."""
-    try:
-        line = proc.lines.get(timeout=timeout)
-    except queue.Empty:
-        line = ""
-    if not line:
-        raise AssertionError(f"child {proc.args[-1][-60:]!r} said nothing more")
-    return json.loads(line)
-
-
 def child_pid(proc):
     """The CUDA process under hami-run (hami-run's only child)."""
     children = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
@@ -54,15 +41,15 @@ def child_pid(proc):
 
 def test_processes_share_one_limit_and_a_killed_ones_memory_returns_within_a_second(shim):
     holder = shim.watch(HOLD, env=dict(shim.env, HOLD_MB="600"), stdin=subprocess.PIPE)
-    assert read_line(holder)["held"]
+    assert shim.next_line(holder)["held"]
     waiter = shim.watch(RETRY, env=dict(shim.env, WANT_MB="600"))
-    assert read_line(waiter) == {"started": True}
-    assert read_line(waiter) == {"ready": True, "refused": "CUDA_ERROR_OUT_OF_MEMORY"}
+    assert shim.next_line(waiter) == {"started": True}
+    assert shim.next_line(waiter) == {"ready": True, "refused": "CUDA_ERROR_OUT_OF_MEMORY"}
     view = shim.usage()
     assert view.devices[0].used == 600 * MiB and len(view.processes) == 2
     killed_at = time.monotonic()
     shim.kill(holder)
-    allocated_at = read_line(waiter, timeout=10)["allocated_at"]
+    allocated_at = shim.next_line(waiter, timeout=10)["allocated_at"]
     assert 0 < allocated_at - killed_at < 1.0
     assert [p.used for p in shim.usage().processes] == [{0: 600 * MiB}]
 
@@ -96,7 +83,7 @@ def test_processes_of_many_threads_never_pass_the_limit(shim, harness, mode, pro
         time.sleep(0.01)
     sampler = PhysicalPeak(shim.tmp / "sim" / sim_state.STATE_FILE)
     sampler.start()
-    results = [read_line(p, timeout=120) for p in procs]
+    results = [shim.next_line(p, timeout=120) for p in procs]
     for p in procs:
         assert p.wait(timeout=30) == 0
     sampler.stop.set()
@@ -126,13 +113,13 @@ def test_a_process_killed_inside_the_lock_blocks_others_only_until_it_dies(shim)
     device = shim.usage().devices[0]
     assert (device.counted, device.used) == (100 * MiB, 0)  # frozen half-way: total ahead
     waiter = shim.watch(RETRY, env=dict(shim.env, WANT_MB="1000"))
-    assert read_line(waiter) == {"started": True}
+    assert shim.next_line(waiter) == {"started": True}
     time.sleep(0.5)
     assert waiter.lines.empty()  # blocked on the lock the frozen process holds
     killed_at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     # 1000 MiB of 1024 fit only if the dead holder's half-done 100 MiB were repaired away.
-    assert read_line(waiter, timeout=10) == {"ready": True, "refused": "CUDA_SUCCESS"}
+    assert shim.next_line(waiter, timeout=10) == {"ready": True, "refused": "CUDA_SUCCESS"}
     assert time.monotonic() - killed_at < 1.0
     device = shim.usage().devices[0]
     assert device.counted == device.used == 1000 * MiB

@@ -67,7 +67,7 @@ def test_hami_smi_shows_live_processes_and_forgets_dead_ones(shim):
         say(pid=os.getpid())
         sys.stdin.readline()
     ''', stdin=subprocess.PIPE)
-    pid = json.loads(holder.lines.get(timeout=30))["pid"]
+    pid = shim.next_line(holder)["pid"]
     table = hami("--cache", str(shim.cache), tool="smi")
     assert table.returncode == 0
     assert "300.0 MiB     1.0 GiB" in table.stdout and f"{pid:>8}    0   300.0 MiB" in table.stdout

@@ -150,25 +150,17 @@ class ClusterView:
         self._last_candidates = (self.epoch, key, mask, unknown)
         return mask, unknown
 
-    def gpus_by_type(self) -> dict:
-        """Registered GPUs per lower-case type name (cached until nodes come or go)."""
-        return self._static()[0]
-
     def node_shapes(self) -> dict:
-        """{(cpu capacity, memory capacity, GPU types): number of nodes} (cached like above);
-        capacities are infinite when a node does not report them."""
-        return self._static()[2]
+        """{(cpu capacity, memory capacity, GPU types): number of nodes} (cached until nodes
+        come or go); capacities are infinite when a node does not report them."""
+        return self._static()[1]
 
     def largest(self) -> tuple:
-        """(most millicores, most GPUs x 1000) of any node (cached until nodes come or go)."""
-        return self._static()[1]
+        """(most millicores, most GPUs x 1000) of any node (cached like above)."""
+        return self._static()[0]
 
     def _static(self) -> tuple:
         if self._static_cache is None or self._static_cache[0] != self.epoch:
-            types = {}
-            for node in self.nodes:
-                for dev in node.devices:
-                    types[dev.type_lower] = types.get(dev.type_lower, 0) + 1
             largest = (max((n.cpu_capacity or 0 for n in self.nodes), default=0),
                        max((len(n.devices) * 1000 for n in self.nodes), default=0) or 1000)
             shapes = {}
@@ -177,7 +169,7 @@ class ClusterView:
                          float("inf") if node.mem_capacity is None else node.mem_capacity,
                          tuple(sorted(d.type_lower for d in node.devices)))
                 shapes[shape] = shapes.get(shape, 0) + 1
-            self._static_cache = (self.epoch, (types, largest, shapes))
+            self._static_cache = (self.epoch, (largest, shapes))
         return self._static_cache[1]
 
     def _touch(self, node: Node) -> None:

@@ -89,14 +89,11 @@ class ClusterView:
         if old is not None:
             node.position, node.version = old.position, old.version + 1
             self.nodes[old.position] = node
-            self._by_name[name] = node
-            self._arrays = None
-            self._changed()               # the GPU inventory may have changed
         else:
             node.position = self._position[name] = len(self.nodes)
-            self._by_name[name] = node
             self.nodes.append(node)
-            self._changed()
+        self._by_name[name] = node
+        self._changed()                   # a new node, or the GPU inventory may have changed
         for key in self._by_node.get(name, ()):
             self._apply(node, self._reservations[key], +1)
         return node

@@ -4,6 +4,7 @@ from typing import Mapping, Optional
 
 from hami_common.node_register import DeviceInfo
 from hami_common.pod_devices import ContainerDevice
+from hami_control.placement.workload import share_with
 
 
 class PlacementError(Exception):
@@ -26,11 +27,7 @@ class Device:
 
     def share_free(self) -> int:
         """Free fraction of the GPU in thousandths (cores and memory, whichever is scarcer)."""
-        if self.used >= self.count or not self.health or self.cordoned:
-            return 0
-        cores = (self.devcore - self.usedcores) * 1000 // self.devcore if self.devcore else 0
-        mem = (self.devmem - self.usedmem) * 1000 // self.devmem if self.devmem else 0
-        return max(0, min(cores, mem))
+        return share_with(self)
 
     def __repr__(self):
         return (f"Device({self.uuid}, {self.type}, used={self.used}/{self.count}, "

@@ -34,6 +34,23 @@ class Device:
                 f"mem={self.usedmem}/{self.devmem}, cores={self.usedcores}/{self.devcore})")
 
 
+class StateKey:
+    """A node's state as a dict key whose hash is computed once per version: the engine looks
+    every node's state up again for each kind of pod it re-scores, and hashing the nested
+    tuple each time cost more than the look-up."""
+
+    __slots__ = ("state", "_hash")
+
+    def __init__(self, state: tuple):
+        self.state, self._hash = state, hash(state)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return type(other) is StateKey and self.state == other.state
+
+
 class Node:
     """A node of the cluster view: its GPUs, and optionally its CPU/memory for resource fit."""
 
@@ -50,14 +67,15 @@ class Node:
         self._items = None
         self._key = None
 
-    def state_key(self, with_uuid: bool = False) -> tuple:
-        """Everything a placement decision can depend on, but the name: nodes with equal keys
-        fit and score alike (the UUIDs matter only to pods that filter by UUID)."""
+    def state_key(self, with_uuid: bool = False):
+        """Everything a placement decision can depend on, but the name, as a dict key: nodes
+        with equal keys fit and score alike (the UUIDs matter only to pods that filter by
+        UUID)."""
         if with_uuid:
             return self._state(True)
         cached = self._key
         if cached is None or cached[0] != self.version:
-            cached = self._key = (self.version, self._state(False))
+            cached = self._key = (self.version, StateKey(self._state(False)))
         return cached[1]
 
     def _state(self, with_uuid: bool) -> tuple:

@@ -136,6 +136,15 @@ class Decision:
         return sum(d.usedcores for ctr in self.devices for d in ctr) / 100.0
 
 
+def add_hold(held: tuple, init: bool, mem: int, cores: int) -> tuple:
+    """A pod's (slots, MiB, cores) on one GPU once a slice of one more of its containers is
+    added: regular containers add up; init containers run one after another, so of theirs the
+    largest counts, in one slot."""
+    if init:
+        return (1, max(held[1], mem), max(held[2], cores))
+    return (held[0] + 1, held[1] + mem, held[2] + cores)
+
+
 def plan_devices(node: Node, containers, plan) -> tuple:
     """ContainerDevice tuples for a plan (device positions per container) on a node."""
     out = []

@@ -11,7 +11,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from hami_control.placement.capacity import CapacityIndex
-from hami_control.placement.model import Device, Node, PlacementError
+from hami_control.placement.model import Device, Node, PlacementError, add_hold
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,11 @@ class Reservation:
         """
         regular, init = {}, {}
         for position, ctr in enumerate(self.devices):
+            is_init = position in self.init_positions
+            held = init if is_init else regular
             for d in ctr:
-                if position in self.init_positions:
-                    s, m, c = init.get(d.uuid, (0, 0, 0))
-                    init[d.uuid] = (1, max(m, d.usedmem), max(c, d.usedcores))
-                else:
-                    s, m, c = regular.get(d.uuid, (0, 0, 0))
-                    regular[d.uuid] = (s + 1, m + d.usedmem, c + d.usedcores)
+                held[d.uuid] = add_hold(held.get(d.uuid, (0, 0, 0)), is_init, d.usedmem,
+                                        d.usedcores)
         usage = dict(regular)
         for uuid, held in init.items():
             usage[uuid] = tuple(max(a, b) for a, b in zip(usage.get(uuid, (0, 0, 0)), held))

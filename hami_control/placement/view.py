@@ -34,9 +34,9 @@ class Reservation:
         regular, init = {}, {}
         for position, ctr in enumerate(self.devices):
             is_init = position in self.init_positions
-            held = init if is_init else regular
+            into = init if is_init else regular
             for d in ctr:
-                held[d.uuid] = add_hold(held.get(d.uuid, (0, 0, 0)), is_init, d.usedmem,
+                into[d.uuid] = add_hold(into.get(d.uuid, (0, 0, 0)), is_init, d.usedmem,
                                         d.usedcores)
         usage = dict(regular)
         for uuid, held in init.items():

@@ -13,6 +13,7 @@ _DECIMAL = {"n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1
             "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 _PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 MIB = 2**20
+_PER_MIB = Fraction(1, MIB)
 
 
 def parse_quantity(value) -> Fraction:
@@ -46,30 +47,29 @@ def has_binary_unit(value) -> bool:
     return isinstance(value, str) and value.strip()[-2:] in _BINARY
 
 
+def _ceil(value, scale) -> int:
+    """The quantity times `scale`, rounded up (exactly: the product is a Fraction)."""
+    q = parse_quantity(value) * scale
+    return -((-q.numerator) // q.denominator)
+
+
 # Pods repeat a few quantity strings; every watch event and filter reads them, so cache them.
 @lru_cache(maxsize=4096)
 def _cpu_millis(value) -> int:
-    q = parse_quantity(value) * 1000
-    return -((-q.numerator) // q.denominator)
+    return _ceil(value, 1000)
 
 
 @lru_cache(maxsize=4096)
 def _memory_mib(value) -> int:
-    q = parse_quantity(value) / MIB
-    return -((-q.numerator) // q.denominator)
+    return _ceil(value, _PER_MIB)
 
 
 def cpu_millis(value) -> int:
     """CPU quantity in millicores, rounded up the way the API server does ("0.0001" -> 1m)."""
     # Only strings are cached: True and 1 are equal keys, but a boolean is no quantity.
-    return _cpu_millis(value) if isinstance(value, str) else _uncached(value, 1000)
+    return _cpu_millis(value) if isinstance(value, str) else _ceil(value, 1000)
 
 
 def memory_mib(value) -> int:
     """Memory quantity (bytes with an optional suffix) in MiB, rounded up."""
-    return _memory_mib(value) if isinstance(value, str) else _uncached(value, Fraction(1, MIB))
-
-
-def _uncached(value, scale) -> int:
-    q = parse_quantity(value) * scale
-    return -((-q.numerator) // q.denominator)
+    return _memory_mib(value) if isinstance(value, str) else _ceil(value, _PER_MIB)

@@ -104,14 +104,6 @@ class ClusterSync:
         """Whether nodes and pods have both been listed once."""
         return all(event.is_set() for event in self._synced.values())
 
-    def wait_synced(self, timeout: float) -> bool:
-        """Waits until synced; False on timeout."""
-        deadline = self.clock.monotonic() + timeout
-        for event in self._synced.values():
-            if not event.wait(max(0.0, deadline - self.clock.monotonic())):
-                return False
-        return True
-
     @property
     def healthy(self) -> bool:
         """Whether every sync thread still runs (a dead one is a bug: restart the process)."""

@@ -9,7 +9,7 @@ from collections import Counter
 from typing import Optional
 
 from hami_control.placement import reasons as R
-from hami_control.placement.model import Node
+from hami_control.placement.model import Node, add_hold
 
 _ZERO = (0, 0, 0)
 
@@ -26,9 +26,9 @@ def resource_reason(node: Node, request) -> Optional[str]:
 def _merge(regular, init, ctr, mem) -> tuple:
     """The pod's (slots, MiB, cores) on a GPU after adding `ctr` to it."""
     if ctr.init:
-        init = (1, max(init[1], mem), max(init[2], ctr.cores))
+        init = add_hold(init, True, mem, ctr.cores)
     else:
-        regular = (regular[0] + 1, regular[1] + mem, regular[2] + ctr.cores)
+        regular = add_hold(regular, False, mem, ctr.cores)
     return tuple(max(a, b) for a, b in zip(regular, init))
 
 
@@ -118,12 +118,8 @@ def fit_pod(node: Node, request, gpu_policy):
             return None, R.format_reason(reasons, len(devices))
         plan[i] = chosen
         if len(order) > 1:
+            held = held_init if ctr.init else held_regular
             for pos in chosen:
-                mem = ctr.memory_on(devices[pos].devmem)
-                if ctr.init:
-                    s, m, c = held_init.get(pos, _ZERO)
-                    held_init[pos] = (1, max(m, mem), max(c, ctr.cores))
-                else:
-                    s, m, c = held_regular.get(pos, _ZERO)
-                    held_regular[pos] = (s + 1, m + mem, c + ctr.cores)
+                held[pos] = add_hold(held.get(pos, _ZERO), ctr.init,
+                                     ctr.memory_on(devices[pos].devmem), ctr.cores)
     return tuple(plan), None

@@ -26,9 +26,10 @@ class FragAware:
 
     def __init__(self, learner):
         self.learner = learner
-        self._model = None           # (learner version, view epoch, Workload, capacity)
+        self._model = None           # (learner version, view epoch, Workload)
         self._view = None
         self._before = {}
+        self._picked = None          # (what pick chose for, (items, loss)) of its last choice
 
     @property
     def version(self) -> int:
@@ -88,18 +89,23 @@ class FragAware:
         if not (ctr.nums == 1 and ctr.cores < 100):
             return sorted(candidates)[:ctr.nums]
         workload = self._workload()
-        best, best_loss = None, None
+        best = None             # (position, plan, (items, loss))
         for pos in distinct_candidates(node, candidates):
             plan = tuple((pos,) if c is ctr else () for c in request.containers)
-            loss = self._after(workload, node, request, plan)[1]
-            if best_loss is None or loss < best_loss - 1e-9:
-                best, best_loss = pos, loss
-        return [best]
+            after = self._after(workload, node, request, plan)
+            if best is None or after[1] < best[2][1] - 1e-9:
+                best = (pos, plan, after)
+        self._picked = ((node, node.version, request, best[1], workload), best[2])
+        return [best[0]]
 
     def score(self, node, request, plan) -> float:
         """Loss before minus loss after the plan, then a best-fit tie-break below 1e-3."""
         workload = self._workload()
-        items, after = self._after(workload, node, request, plan)
+        picked = self._picked       # `pick` has just worked out the plan of a one-slice pod
+        if picked is not None and picked[0] == (node, node.version, request, plan, workload):
+            items, after = picked[1]
+        else:
+            items, after = self._after(workload, node, request, plan)
         drop = self._loss_before(workload, node) - after
         return round(drop, 3) + _TIE * self._tightness(node, request, items)
 

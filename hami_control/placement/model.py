@@ -4,6 +4,7 @@ from typing import Mapping, Optional
 
 from hami_common.node_register import DeviceInfo
 from hami_common.pod_devices import ContainerDevice
+from hami_control.placement.workload import share_with
 
 
 class PlacementError(Exception):
@@ -26,15 +27,28 @@ class Device:
 
     def share_free(self) -> int:
         """Free fraction of the GPU in thousandths (cores and memory, whichever is scarcer)."""
-        if self.used >= self.count or not self.health or self.cordoned:
-            return 0
-        cores = (self.devcore - self.usedcores) * 1000 // self.devcore if self.devcore else 0
-        mem = (self.devmem - self.usedmem) * 1000 // self.devmem if self.devmem else 0
-        return max(0, min(cores, mem))
+        return share_with(self)
 
     def __repr__(self):
         return (f"Device({self.uuid}, {self.type}, used={self.used}/{self.count}, "
                 f"mem={self.usedmem}/{self.devmem}, cores={self.usedcores}/{self.devcore})")
+
+
+class StateKey:
+    """A node's state as a dict key whose hash is computed once per version: the engine looks
+    every node's state up again for each kind of pod it re-scores, and hashing the nested
+    tuple each time cost more than the look-up."""
+
+    __slots__ = ("state", "_hash")
+
+    def __init__(self, state: tuple):
+        self.state, self._hash = state, hash(state)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return type(other) is StateKey and self.state == other.state
 
 
 class Node:
@@ -53,14 +67,15 @@ class Node:
         self._items = None
         self._key = None
 
-    def state_key(self, with_uuid: bool = False) -> tuple:
-        """Everything a placement decision can depend on, but the name: nodes with equal keys
-        fit and score alike (the UUIDs matter only to pods that filter by UUID)."""
+    def state_key(self, with_uuid: bool = False):
+        """Everything a placement decision can depend on, but the name, as a dict key: nodes
+        with equal keys fit and score alike (the UUIDs matter only to pods that filter by
+        UUID)."""
         if with_uuid:
             return self._state(True)
         cached = self._key
         if cached is None or cached[0] != self.version:
-            cached = self._key = (self.version, self._state(False))
+            cached = self._key = (self.version, StateKey(self._state(False)))
         return cached[1]
 
     def _state(self, with_uuid: bool) -> tuple:
@@ -119,6 +134,15 @@ class Decision:
     def gpu_share(self) -> float:
         """GPUs allocated, each slice counted by its cores share (a whole card is 1.0)."""
         return sum(d.usedcores for ctr in self.devices for d in ctr) / 100.0
+
+
+def add_hold(held: tuple, init: bool, mem: int, cores: int) -> tuple:
+    """A pod's (slots, MiB, cores) on one GPU once a slice of one more of its containers is
+    added: regular containers add up; init containers run one after another, so of theirs the
+    largest counts, in one slot."""
+    if init:
+        return (1, max(held[1], mem), max(held[2], cores))
+    return (held[0] + 1, held[1] + mem, held[2] + cores)
 
 
 def plan_devices(node: Node, containers, plan) -> tuple:

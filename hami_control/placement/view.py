@@ -11,7 +11,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from hami_control.placement.capacity import CapacityIndex
-from hami_control.placement.model import Device, Node, PlacementError
+from hami_control.placement.model import Device, Node, PlacementError, add_hold
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,11 @@ class Reservation:
         """
         regular, init = {}, {}
         for position, ctr in enumerate(self.devices):
+            is_init = position in self.init_positions
+            into = init if is_init else regular
             for d in ctr:
-                if position in self.init_positions:
-                    s, m, c = init.get(d.uuid, (0, 0, 0))
-                    init[d.uuid] = (1, max(m, d.usedmem), max(c, d.usedcores))
-                else:
-                    s, m, c = regular.get(d.uuid, (0, 0, 0))
-                    regular[d.uuid] = (s + 1, m + d.usedmem, c + d.usedcores)
+                into[d.uuid] = add_hold(into.get(d.uuid, (0, 0, 0)), is_init, d.usedmem,
+                                        d.usedcores)
         usage = dict(regular)
         for uuid, held in init.items():
             usage[uuid] = tuple(max(a, b) for a, b in zip(usage.get(uuid, (0, 0, 0)), held))
@@ -89,14 +87,11 @@ class ClusterView:
         if old is not None:
             node.position, node.version = old.position, old.version + 1
             self.nodes[old.position] = node
-            self._by_name[name] = node
-            self._arrays = None
-            self._changed()               # the GPU inventory may have changed
         else:
             node.position = self._position[name] = len(self.nodes)
-            self._by_name[name] = node
             self.nodes.append(node)
-            self._changed()
+        self._by_name[name] = node
+        self._changed()                   # a new node, or the GPU inventory may have changed
         for key in self._by_node.get(name, ()):
             self._apply(node, self._reservations[key], +1)
         return node
@@ -150,25 +145,17 @@ class ClusterView:
         self._last_candidates = (self.epoch, key, mask, unknown)
         return mask, unknown
 
-    def gpus_by_type(self) -> dict:
-        """Registered GPUs per lower-case type name (cached until nodes come or go)."""
-        return self._static()[0]
-
     def node_shapes(self) -> dict:
-        """{(cpu capacity, memory capacity, GPU types): number of nodes} (cached like above);
-        capacities are infinite when a node does not report them."""
-        return self._static()[2]
+        """{(cpu capacity, memory capacity, GPU types): number of nodes} (cached until nodes
+        come or go); capacities are infinite when a node does not report them."""
+        return self._static()[1]
 
     def largest(self) -> tuple:
-        """(most millicores, most GPUs x 1000) of any node (cached until nodes come or go)."""
-        return self._static()[1]
+        """(most millicores, most GPUs x 1000) of any node (cached like above)."""
+        return self._static()[0]
 
     def _static(self) -> tuple:
         if self._static_cache is None or self._static_cache[0] != self.epoch:
-            types = {}
-            for node in self.nodes:
-                for dev in node.devices:
-                    types[dev.type_lower] = types.get(dev.type_lower, 0) + 1
             largest = (max((n.cpu_capacity or 0 for n in self.nodes), default=0),
                        max((len(n.devices) * 1000 for n in self.nodes), default=0) or 1000)
             shapes = {}
@@ -177,7 +164,7 @@ class ClusterView:
                          float("inf") if node.mem_capacity is None else node.mem_capacity,
                          tuple(sorted(d.type_lower for d in node.devices)))
                 shapes[shape] = shapes.get(shape, 0) + 1
-            self._static_cache = (self.epoch, (types, largest, shapes))
+            self._static_cache = (self.epoch, (largest, shapes))
         return self._static_cache[1]
 
     def _touch(self, node: Node) -> None:

@@ -16,6 +16,7 @@ from hami_control.config import LeaseConfig, from_args
 from hami_control.errors import BadRequest, ConfigError, LockError
 from hami_control.extender.args import filter_result, parse_bind, parse_filter
 from hami_control.extender.lock import NodeLocker
+from hami_sim.apiserver.patch import merge_patch
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -57,12 +58,8 @@ class FakeApi:
         node = self.nodes[name]
         if resource_version and resource_version != node["metadata"]["resourceVersion"]:
             raise Conflict(409, "Conflict", "stale")
-        annos = node["metadata"].setdefault("annotations", {})
-        for k, v in annotations.items():
-            if v is None:
-                annos.pop(k, None)
-            else:
-                annos[k] = v
+        meta = node["metadata"]
+        meta["annotations"] = merge_patch(meta.get("annotations"), annotations)
         return self._bump(node)
 
     def json_patch_node(self, name, operations):

@@ -128,13 +128,21 @@ def container_command(allocation: AllocationLike,
     return argv
 
 
+def _prepare(allocation: AllocationLike, node_env: Mapping[str, str],
+             command: Optional[Sequence[str]],
+             extra_env: Optional[Mapping[str, str]]) -> tuple:
+    """(argv, environment), the allocation read once (a dumped file is not read twice)."""
+    alloc = load_allocation(allocation)
+    return container_command(alloc, command), container_env(alloc, node_env, extra_env)
+
+
 def start_container(allocation: AllocationLike, node_env: Mapping[str, str],
                     command: Optional[Sequence[str]] = None,
                     extra_env: Optional[Mapping[str, str]] = None, **popen) -> subprocess.Popen:
     """Starts the container's command in its own session (stop it by process group)."""
     popen.setdefault("start_new_session", True)
-    return subprocess.Popen(container_command(allocation, command),
-                            env=container_env(allocation, node_env, extra_env), **popen)
+    argv, env = _prepare(allocation, node_env, command, extra_env)
+    return subprocess.Popen(argv, env=env, **popen)
 
 
 def run_container(allocation: AllocationLike, node_env: Mapping[str, str],
@@ -145,6 +153,5 @@ def run_container(allocation: AllocationLike, node_env: Mapping[str, str],
     popen.setdefault("capture_output", True)
     popen.setdefault("text", True)
     popen.setdefault("start_new_session", True)
-    return subprocess.run(container_command(allocation, command),
-                          env=container_env(allocation, node_env, extra_env), timeout=timeout,
-                          **popen)
+    argv, env = _prepare(allocation, node_env, command, extra_env)
+    return subprocess.run(argv, env=env, timeout=timeout, **popen)

@@ -102,11 +102,7 @@ class ExtenderClient(JsonHttp):
         response = self.review(pod, namespace)
         if not response.get("allowed"):
             raise ExtenderError(f"denied: {(response.get('status') or {}).get('message')}")
-        if not response.get("patch"):
-            return pod
-        from hami_sim.apiserver.patch import json_patch
-        return json_patch(json.loads(json.dumps(pod)),
-                          json.loads(base64.b64decode(response["patch"])))
+        return patched_pod(pod, response) or pod
 
     def filter(self, pod: dict, node_names) -> dict:
         """ExtenderFilterResult for pod over node_names (nodeCacheCapable)."""
@@ -116,6 +112,16 @@ class ExtenderClient(JsonHttp):
         """ExtenderBindingResult."""
         return self._ok("/bind", {"PodName": name, "PodNamespace": namespace, "PodUID": uid,
                                   "Node": node})
+
+
+def patched_pod(pod: dict, response: dict) -> dict | None:
+    """A copy of pod with the JSON patch of an AdmissionReview response applied, or None when
+    the response carries no patch."""
+    if not response.get("patch"):
+        return None
+    from hami_sim.apiserver.patch import json_patch
+    return json_patch(json.loads(json.dumps(pod)),
+                      json.loads(base64.b64decode(response["patch"])))
 
 
 def finish_allocation(core_v1, namespace: str, name: str, node: str,

@@ -69,7 +69,9 @@ class RunningApiServer:
         return self._admin("POST", "/_sim/watches/drop", {})["dropped"]
 
 
-def _read_first_line(proc: subprocess.Popen, timeout: float) -> str:
+def read_first_line(proc: subprocess.Popen, timeout: float) -> str:
+    """The child's first stdout line, stripped; '' if none came within timeout seconds (a
+    thread reads it, so a child that hangs silently cannot hang us)."""
     box: list[str] = []
     reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
     reader.start()
@@ -81,7 +83,7 @@ def _spawn(args: list[str], expect: str, env: dict | None = None) -> tuple[subpr
     proc = subprocess.Popen([sys.executable, "-m", "hami_sim.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
                             **child_options(env))      # ends when this process does
-    line = _read_first_line(proc, START_TIMEOUT_S)
+    line = read_first_line(proc, START_TIMEOUT_S)
     if not line.startswith(expect):
         stop_process(proc)
         raise LaunchError(f"hami-sim {args[0]} did not start (first line {line!r}); "

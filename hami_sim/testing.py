@@ -2,6 +2,8 @@
 
     from hami_sim.testing import *  # noqa: F401,F403  (fixtures are picked up by name)
 
+wait_for(predicate, timeout, what) polls until predicate() is truthy.
+
 Fixtures (each cleans up after itself, also when the test fails):
 - apiserver: RunningApiServer, in-process, plain HTTP, on a free loopback port
 - apiserver_process: RunningApiServer as a real `hami-sim apiserver` process
@@ -14,15 +16,16 @@ Fixtures (each cleans up after itself, also when the test fails):
 from __future__ import annotations
 
 import shutil
+import time
 
 import pytest
 
 from .launch import (RunningApiServer, RunningKubelet, short_tempdir, start_apiserver,
                      start_kubelet)
 
-__all__ = ["pod_manifest", "apiserver", "apiserver_process", "kube_api_client", "core_v1", "kubeconfig_file",
-           "plugin_dir", "kubelet", "start_apiserver", "start_kubelet", "RunningApiServer",
-           "RunningKubelet"]
+__all__ = ["pod_manifest", "wait_for", "apiserver", "apiserver_process", "kube_api_client",
+           "core_v1", "kubeconfig_file", "plugin_dir", "kubelet", "start_apiserver",
+           "start_kubelet", "RunningApiServer", "RunningKubelet"]
 
 
 def pod_manifest(name: str, containers=None, namespace=None, **meta) -> dict:
@@ -32,6 +35,20 @@ def pod_manifest(name: str, containers=None, namespace=None, **meta) -> dict:
         metadata["namespace"] = namespace
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
             "spec": {"containers": containers or [{"name": "main", "image": "busybox:1.36"}]}}
+
+
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition",
+             interval: float = 0.05):
+    """Polls until predicate() is truthy and returns its value; AssertionError naming `what`
+    after timeout seconds (predicate is asked once more at the deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .api import dumps, query_flag
 from .errors import ApiError, bad_request, internal
-from .faults import FaultConfigError
 from .routes import Target, resolve
 from .watch import event_line
 

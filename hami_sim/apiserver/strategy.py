@@ -9,9 +9,9 @@ import time
 import uuid
 from datetime import datetime, timezone
 
-from . import validation
 from hami_common.errors import HamiFormatError
 
+from . import validation
 from .errors import bad_request, conflict, invalid
 from .quantity import canonical
 from .resources import Resource

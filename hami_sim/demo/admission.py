@@ -13,15 +13,13 @@ through hami-control's mutating webhook here, as the API server would call it.
 """
 from __future__ import annotations
 
-import base64
 import copy
 import json
 from typing import Callable
 
-from hami_sim.apiserver.patch import json_patch
 from hami_sim.demo.events import EventRecorder
 from hami_sim.demo.podloop import UnboundPodLoop
-from hami_sim.extender_client import ExtenderError
+from hami_sim.extender_client import ExtenderError, patched_pod
 
 DEFAULT_SCHEDULERS = ("", "default-scheduler")
 ADMITTED_ANNOTATION = "demo.hami.io/admitted-by"
@@ -53,10 +51,7 @@ def review(extender, pod: dict, namespace: str) -> tuple:
     response = extender.review(pod, namespace)
     if not response.get("allowed"):
         return False, None, (response.get("status") or {}).get("message") or "denied"
-    if not response.get("patch"):
-        return True, None, ""
-    ops = json.loads(base64.b64decode(response["patch"]))
-    return True, json_patch(copy.deepcopy(pod), ops), ""
+    return True, patched_pod(pod, response), ""
 
 
 def submit(core_v1, extender, pod: dict, namespace: str = "default") -> dict:

@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -31,7 +30,8 @@ from hami_common.errors import HamiFormatError
 from hami_common.lifeline import child_options
 from hami_sim.gpu import sim_env
 from hami_sim.kubeconfig import write_kubeconfig
-from hami_sim.launch import START_TIMEOUT_S, start_apiserver, start_kubelet, stop_process
+from hami_sim.launch import (START_TIMEOUT_S, read_first_line, start_apiserver, start_kubelet,
+                             stop_process)
 
 READY_TIMEOUT_S = 45.0
 USER_TOKEN = "hami-sim-user"
@@ -71,14 +71,6 @@ def clean_base_env(env=None) -> dict:
     agent, the simulator or the shim."""
     return {k: v for k, v in (os.environ if env is None else env).items()
             if k not in _AGENT_ENV_NAMES and not k.startswith(_AGENT_ENV_PREFIXES)}
-
-
-def _read_line(proc: subprocess.Popen, timeout: float) -> str:
-    box: list = []
-    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    return box[0].strip() if box else ""
 
 
 def tail(path: Path, lines: int = 15) -> str:
@@ -138,7 +130,7 @@ class SimNode:
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Waits for the agent's `ready` line and for kubelet to see every virtual device."""
-        line = _read_line(self.agent, timeout)
+        line = read_first_line(self.agent, timeout)
         if not line.startswith("ready "):
             raise ClusterError(f"{self.name}: hami-node did not start (first line {line!r}); "
                                f"its log ends:\n{tail(self.agent_log)}")

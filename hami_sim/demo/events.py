@@ -4,13 +4,15 @@ minutes shows one line with a count in `kubectl describe`, not hundreds)."""
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+import time
 from typing import Callable
+
+from hami_sim.apiserver.strategy import rfc3339
 
 
 def now_rfc3339() -> str:
     """The current time as Kubernetes writes timestamps."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(time.time())
 
 
 class EventRecorder:

@@ -7,17 +7,10 @@ import tempfile
 import time
 from typing import List
 
+from hami_sim.demo.workloads import cuda_ok
 from hami_sim.gpu import SimGpuError, sim_env
 
 DEMO_GPUS = "16g/108/NVIDIA A100-SXM4-40GB,15g/40/Tesla T4"
-
-
-def _ok(ret):
-    from cuda.bindings import driver as cu
-    err, *rest = ret
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA call failed: {err.name}")
-    return rest[0] if len(rest) == 1 else rest
 
 
 def _show_devices() -> None:
@@ -37,15 +30,15 @@ def _show_devices() -> None:
 def _spin_run(kernels: int, ms: int) -> None:
     import ctypes
     from cuda.bindings import driver as cu
-    module = _ok(cu.cuModuleLoadData(b"the simulator accepts any image"))
-    spin = _ok(cu.cuModuleGetFunction(module, b"spin"))
-    stream = _ok(cu.cuStreamCreate(0))
+    module = cuda_ok(cu.cuModuleLoadData(b"the simulator accepts any image"))
+    spin = cuda_ok(cu.cuModuleGetFunction(module, b"spin"))
+    stream = cuda_ok(cu.cuStreamCreate(0))
     t0 = time.perf_counter()
     for _ in range(kernels):
-        _ok(cu.cuLaunchKernel(spin, 108, 1, 1, 1, 1, 1, 0, stream,
-                              ((ms * 1_000_000,), (ctypes.c_uint64,)), 0))
+        cuda_ok(cu.cuLaunchKernel(spin, 108, 1, 1, 1, 1, 1, 0, stream,
+                                  ((ms * 1_000_000,), (ctypes.c_uint64,)), 0))
     queued = time.perf_counter()
-    _ok(cu.cuStreamSynchronize(stream))
+    cuda_ok(cu.cuStreamSynchronize(stream))
     done = time.perf_counter()
     print(f"spin: {kernels} kernels of {ms} ms (108 blocks = 1 wave on 108 SMs) queued in "
           f"{(queued - t0) * 1e3:.2f} ms, finished after {(done - t0) * 1e3:.1f} ms "
@@ -54,23 +47,23 @@ def _spin_run(kernels: int, ms: int) -> None:
 
 def _past_capacity() -> None:
     from cuda.bindings import driver as cu
-    free, total = _ok(cu.cuMemGetInfo())
-    held = _ok(cu.cuMemAlloc(12 << 30))
+    free, total = cuda_ok(cu.cuMemGetInfo())
+    held = cuda_ok(cu.cuMemAlloc(12 << 30))
     print(f"memory: allocated 12 GiB of {total / 2**30:.0f} GiB")
     err, _ = cu.cuMemAlloc(8 << 30)
     print(f"memory: another 8 GiB -> {err.name}")
-    _ok(cu.cuMemFree(held))
+    cuda_ok(cu.cuMemFree(held))
 
 
 def child() -> int:
     """The tour itself; runs in a process that sees the simulated driver."""
     from cuda.bindings import driver as cu
     _show_devices()
-    _ok(cu.cuInit(0))
-    ctx = _ok(cu.cuCtxCreate(None, 0, _ok(cu.cuDeviceGet(0))))
+    cuda_ok(cu.cuInit(0))
+    ctx = cuda_ok(cu.cuCtxCreate(None, 0, cuda_ok(cu.cuDeviceGet(0))))
     _spin_run(kernels=20, ms=5)
     _past_capacity()
-    _ok(cu.cuCtxDestroy(ctx))
+    cuda_ok(cu.cuCtxDestroy(ctx))
     return 0
 
 

@@ -26,6 +26,7 @@ from typing import Callable, Optional
 
 from hami_node.shim import CacheFileError, read_usage
 from hami_sim.container import ContainerError, container_env, start_container
+from hami_sim.demo.cluster import tail
 from hami_sim.demo.workloads import RESULT_KEY
 
 CACHE_VAR = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
@@ -72,10 +73,7 @@ class ContainerRun:
 
     def stderr_tail(self, lines: int = 5) -> str:
         """The end of its stderr."""
-        try:
-            return "\n".join(self.err_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return tail(self.err_path, lines)
 
 
 def workload_result(text: str) -> dict:

@@ -49,7 +49,9 @@ class CudaFailure(RuntimeError):
     """A CUDA call the workload needs failed."""
 
 
-def _ok(ret):
+def cuda_ok(ret):
+    """The value(s) of a cuda-python driver call's (error, *values) answer; CudaFailure
+    naming the error when it is not CUDA_SUCCESS."""
     from cuda.bindings import driver as cu
     err, *rest = ret
     if err != cu.CUresult.CUDA_SUCCESS:
@@ -60,19 +62,19 @@ def _ok(ret):
 def _context():
     """Initialises the driver and makes a context on device 0; (ctx, device)."""
     from cuda.bindings import driver as cu
-    _ok(cu.cuInit(0))
-    if _ok(cu.cuDeviceGetCount()) < 1:
+    cuda_ok(cu.cuInit(0))
+    if cuda_ok(cu.cuDeviceGetCount()) < 1:
         raise CudaFailure("no GPU is visible to this container")
-    dev = _ok(cu.cuDeviceGet(0))
-    return _ok(cu.cuCtxCreate(None, 0, dev)), dev
+    dev = cuda_ok(cu.cuDeviceGet(0))
+    return cuda_ok(cu.cuCtxCreate(None, 0, dev)), dev
 
 
 def _device_info(dev) -> dict:
     from cuda.bindings import driver as cu
-    name = _ok(cu.cuDeviceGetName(64, dev)).split(b"\0", 1)[0].decode()
-    sms = _ok(cu.cuDeviceGetAttribute(
+    name = cuda_ok(cu.cuDeviceGetName(64, dev)).split(b"\0", 1)[0].decode()
+    sms = cuda_ok(cu.cuDeviceGetAttribute(
         cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev))
-    free, total = _ok(cu.cuMemGetInfo())
+    free, total = cuda_ok(cu.cuMemGetInfo())
     return {"name": name, "sms": int(sms), "total_mib": total // MIB, "free_mib": free // MIB}
 
 
@@ -92,8 +94,8 @@ def oom(chunk_mib: int) -> dict:
     print(f"allocated {len(held)} x {chunk_mib} MiB = {len(held) * chunk_mib} MiB, "
           f"then the next {chunk_mib} MiB: {error}")
     for ptr in held:
-        _ok(cu.cuMemFree(ptr))
-    _ok(cu.cuCtxDestroy(ctx))
+        cuda_ok(cu.cuMemFree(ptr))
+    cuda_ok(cu.cuCtxDestroy(ctx))
     return dict(info, held_mib=len(held) * chunk_mib, chunk_mib=chunk_mib, error=error)
 
 
@@ -103,10 +105,10 @@ def compute(seconds: float, kernel_ms: float, in_flight: int, hold_mib: int) -> 
     from cuda.bindings import driver as cu
     ctx, dev = _context()
     info = _device_info(dev)
-    buffer = _ok(cu.cuMemAlloc(hold_mib * MIB)) if hold_mib else None
-    module = _ok(cu.cuModuleLoadData(SPIN_PTX))
-    spin = _ok(cu.cuModuleGetFunction(module, b"spin"))
-    stream = _ok(cu.cuStreamCreate(0))
+    buffer = cuda_ok(cu.cuMemAlloc(hold_mib * MIB)) if hold_mib else None
+    module = cuda_ok(cu.cuModuleLoadData(SPIN_PTX))
+    spin = cuda_ok(cu.cuModuleGetFunction(module, b"spin"))
+    stream = cuda_ok(cu.cuStreamCreate(0))
     ns = ctypes.c_uint64(int(kernel_ms * 1e6))
     params = (ctypes.c_void_p * 1)(ctypes.addressof(ns))
     events = []
@@ -114,22 +116,22 @@ def compute(seconds: float, kernel_ms: float, in_flight: int, hold_mib: int) -> 
     deadline = start + int(seconds * 1e9)
     kernels = 0
     while time.monotonic_ns() < deadline:
-        _ok(cu.cuLaunchKernel(spin, info["sms"], 1, 1, 1, 1, 1, 0, stream,
-                              ctypes.addressof(params), 0))
+        cuda_ok(cu.cuLaunchKernel(spin, info["sms"], 1, 1, 1, 1, 1, 0, stream,
+                                  ctypes.addressof(params), 0))
         kernels += 1
-        done = _ok(cu.cuEventCreate(0))
-        _ok(cu.cuEventRecord(done, stream))
+        done = cuda_ok(cu.cuEventCreate(0))
+        cuda_ok(cu.cuEventRecord(done, stream))
         events.append(done)
         if len(events) >= in_flight:       # keep a few queued, never an unbounded backlog
-            _ok(cu.cuEventSynchronize(events[0]))
-            _ok(cu.cuEventDestroy(events.pop(0)))
-    _ok(cu.cuStreamSynchronize(stream))
+            cuda_ok(cu.cuEventSynchronize(events[0]))
+            cuda_ok(cu.cuEventDestroy(events.pop(0)))
+    cuda_ok(cu.cuStreamSynchronize(stream))
     end = time.monotonic_ns()
     for e in events:
-        _ok(cu.cuEventDestroy(e))
+        cuda_ok(cu.cuEventDestroy(e))
     if buffer is not None:
-        _ok(cu.cuMemFree(buffer))
-    _ok(cu.cuCtxDestroy(ctx))
+        cuda_ok(cu.cuMemFree(buffer))
+    cuda_ok(cu.cuCtxDestroy(ctx))
     busy_ns = kernels * ns.value
     share = 100.0 * busy_ns / (end - start)
     print(f"device: {info['name']}; {kernels} kernels of {kernel_ms:g} ms in "
@@ -143,8 +145,8 @@ def info() -> dict:
     from cuda.bindings import driver as cu
     ctx, dev = _context()
     result = _device_info(dev)
-    result["count"] = _ok(cu.cuDeviceGetCount())
-    _ok(cu.cuCtxDestroy(ctx))
+    result["count"] = cuda_ok(cu.cuDeviceGetCount())
+    cuda_ok(cu.cuCtxDestroy(ctx))
     print(f"device 0 of {result['count']}: {result['name']}, {result['total_mib']} MiB, "
           f"{result['sms']} SMs")
     return result

@@ -2,13 +2,11 @@
 events. Failed writes are logged and retried on the next sync."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import time
 
 from kubernetes.client.rest import ApiException
 
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+from hami_sim.apiserver.strategy import rfc3339
 
 
 class StatusWriter:
@@ -36,7 +34,7 @@ class StatusWriter:
     def pod_running(self, pod: dict) -> None:
         """Marks an admitted pod Running with every container started."""
         spec = pod.get("spec", {})
-        now = _now()
+        now = rfc3339(time.time())
         statuses = [{"name": c["name"], "ready": True, "started": True, "restartCount": 0,
                      "image": c.get("image", ""), "imageID": "",
                      "state": {"running": {"startedAt": now}}}
@@ -73,7 +71,7 @@ class StatusWriter:
     def pod_event(self, pod: dict, reason: str, message: str) -> None:
         """A Warning event on the pod, as kubelet reports admission failures."""
         meta = pod["metadata"]
-        now = _now()
+        now = rfc3339(time.time())
         event = {"metadata": {"generateName": meta["name"] + ".",
                               "namespace": meta["namespace"]},
                  "involvedObject": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"],

@@ -79,13 +79,7 @@ def run_seed(job: tuple) -> dict:
     view = cluster_view(nodes, split)
     placer = InProcessPlacer(view, policy, seed, pods)
     result = replay(placer, arrivals(pods, total_gpus, seed, ratio), total_gpus, seed)
-    durations = sorted(result.durations)
-    return {"seed": seed, "alloc": result.at_100, "curve": result.curve, "pods": result.pods,
-            "placed": result.placed, "seconds": result.seconds,
-            "place_ms_sum": sum(durations) * 1000,
-            "place_ms_p99": durations[int(0.99 * (len(durations) - 1))] * 1000
-            if durations else 0.0,
-            "overcommitted": len(view.overcommitted())}
+    return {**result.figures(), "overcommitted": len(view.overcommitted())}
 
 
 def _mean_curve(results) -> list:

@@ -80,6 +80,15 @@ class SeedResult:
         """The figure: allocation % when the arrived demand reaches 100% of the GPUs."""
         return self.curve[100] if len(self.curve) > 100 else None
 
+    def figures(self) -> dict:
+        """The per-seed keys of the replay's summary (placement times in ms)."""
+        durations = sorted(self.durations)
+        return {"seed": self.seed, "alloc": self.at_100, "curve": self.curve, "pods": self.pods,
+                "placed": self.placed, "seconds": self.seconds,
+                "place_ms_sum": sum(durations) * 1000,
+                "place_ms_p99": durations[int(0.99 * (len(durations) - 1))] * 1000
+                if durations else 0.0}
+
 
 def allocation_curve(points, total_gpus: int, top: int = 130) -> list:
     """Allocation % at each whole percent of arrived demand, the paper's read-out: the mean over

@@ -12,19 +12,9 @@ from hami_common.deviceplugin import VERSION, api_pb2, api_pb2_grpc, unix_target
 from hami_sim.kubelet import load_allocation
 from hami_sim.kubelet.sampleplugin import SamplePlugin
 from hami_sim.launch import start_kubelet
-from hami_sim.testing import pod_manifest
+from hami_sim.testing import pod_manifest, wait_for
 
 RES = "example.com/dev"
-
-
-def wait_for(predicate, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

@@ -88,15 +88,11 @@ def wait_until_ready(running: RunningControl, timeout: float) -> bool:
 
 
 def _start_process(args: list, ca_file, env) -> RunningControl:
-    from hami_sim.launch import stop_process
+    from hami_sim.launch import read_first_line, stop_process
     proc = subprocess.Popen([sys.executable, "-m", "hami_control.cli", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, **child_options(env))
-    box: list = []
-    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
-    reader.start()
-    reader.join(START_TIMEOUT_S)
-    line = box[0].strip() if box else ""
+    line = read_first_line(proc, START_TIMEOUT_S)
     if not line.startswith("serving "):
         stop_process(proc)
         raise ControlLaunchError(f"hami-control did not start (first line {line!r}); stderr: "

@@ -38,7 +38,7 @@ def pod_manifest(name: str, containers=None, namespace=None, **meta) -> dict:
 
 
 def wait_for(predicate, timeout: float = 5.0, what: str = "condition",
-             interval: float = 0.05):
+             interval: float = 0.02):
     """Polls until predicate() is truthy and returns its value; AssertionError naming `what`
     after timeout seconds (predicate is asked once more at the deadline)."""
     deadline = time.monotonic() + timeout

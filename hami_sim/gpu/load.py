@@ -38,9 +38,11 @@ class Worker:
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.pid = self.proc.pid
 
-    def wait_ready(self) -> None:
-        """Blocks until the worker is set up; RuntimeError (with its stderr) if it failed."""
-        line = self.proc.stdout.readline().strip()
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Blocks until the worker is set up; RuntimeError (with its stderr) if it failed or
+        said nothing within timeout seconds."""
+        from hami_sim.launch import read_first_line
+        line = read_first_line(self.proc, timeout)
         if line != "ready":
             self.stop()
             raise RuntimeError(f"throttle_worker did not start: {line!r} "

@@ -9,6 +9,7 @@ from hami_common import node_register, node_register_legacy, pod_devices
 from hami_common.node_register import DeviceInfo
 from hami_control.launch import start_control
 from hami_sim.extender_client import finish_allocation
+from hami_sim.testing import wait_for
 
 QUIET = ("--no-leader-elect", "--handshake-interval", "0", "--log-level", "warning")
 
@@ -133,15 +134,7 @@ def assert_not_overcommitted(core_v1, devs_by_uuid: dict) -> None:
 
 def eventually(check, timeout: float = 5.0, interval: float = 0.02):
     """Polls check() until it returns a truthy value (returned) or the timeout (AssertionError)."""
-    import time
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(interval)
+    return wait_for(check, timeout, "condition", interval)
 
 
 def filter_fits(ctl, pod: dict, nodes) -> bool:

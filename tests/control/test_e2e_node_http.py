@@ -3,7 +3,6 @@ Allocate answered by a `hami-node` process on simulated GPUs, which sets bind-ph
 releases the node lock hami-control took."""
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -11,7 +10,7 @@ from ctlhelpers import create, eventually, read_pod, schedule, start_plane
 from hami_common import constants as C
 from hami_node.shim import lib_path
 from hami_sim.gpu import sim_env
-from hami_sim.launch import stop_process
+from hami_sim.launch import read_first_line, stop_process
 
 GPUS = "16g/108/NVIDIA A100-SXM4-40GB,15g/40/Tesla T4"
 
@@ -32,11 +31,8 @@ def hami_node(kubelet, apiserver, tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
         start_new_session=True)
     try:
-        box = []
-        reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(30)
-        assert box and box[0].startswith("ready "), f"hami-node did not start: {box}"
+        line = read_first_line(proc, 30)
+        assert line.startswith("ready "), f"hami-node did not start: {line!r}"
         yield proc
     finally:
         stop_process(proc)

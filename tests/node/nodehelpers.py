@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from datetime import datetime, timezone
@@ -21,25 +20,14 @@ from hami_common import node_lock, node_register, pod_devices
 from hami_common.pod_devices import ContainerDevice
 from hami_node.shim import lib_path
 from hami_sim.gpu import sim_env
-from hami_sim.launch import short_tempdir, start_apiserver, start_kubelet, stop_process
-from hami_sim.testing import pod_manifest
+from hami_sim.launch import (read_first_line, short_tempdir, start_apiserver, start_kubelet,
+                             stop_process)
+from hami_sim.testing import pod_manifest, wait_for  # noqa: F401 (the tier's polling helper)
 
 NODE = "node-1"
 GPUS = "16g/108/NVIDIA A100-SXM4-40GB,15g/40/Tesla T4"
 SPLIT = 4
 READY_TIMEOUT_S = 30.0
-
-
-def wait_for(predicate, timeout=5.0, what="condition", interval=0.02):
-    """Polls until predicate() is truthy; returns its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def samples(text, name):
@@ -70,12 +58,7 @@ class NodeProcess:
 
     def wait_ready(self, timeout=READY_TIMEOUT_S) -> "NodeProcess":
         """Waits for the `ready socket=... metrics=...` line."""
-        box = []
-        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()),
-                                  daemon=True)
-        reader.start()
-        reader.join(timeout)
-        line = box[0].strip() if box else ""
+        line = read_first_line(self.proc, timeout)
         if not line.startswith("ready "):
             self.stop()
             raise AssertionError(f"hami-node did not start: {line!r}\n{self.log()}")

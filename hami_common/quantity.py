@@ -2,6 +2,7 @@
 
 Exact arithmetic (Fraction) so that "0.1" + "0.2" CPU is exactly 300 millicores.
 """
+import math
 import re
 from fractions import Fraction
 from functools import lru_cache
@@ -49,8 +50,7 @@ def has_binary_unit(value) -> bool:
 
 def _ceil(value, scale) -> int:
     """The quantity times `scale`, rounded up (exactly: the product is a Fraction)."""
-    q = parse_quantity(value) * scale
-    return -((-q.numerator) // q.denominator)
+    return math.ceil(parse_quantity(value) * scale)
 
 
 # Pods repeat a few quantity strings; every watch event and filter reads them, so cache them.

@@ -5,9 +5,9 @@ The real server re-spells every quantity it stores: 3000 -> "3k", "2048Mi" -> "2
 double does it too. The spelling keeps the input's family: binary suffixes stay binary while
 the value is a whole number of bytes, exponents stay exponents, the rest is decimal SI.
 """
+import math
 from fractions import Fraction
 
-from hami_common.errors import HamiFormatError
 from hami_common.quantity import parse_quantity
 
 _BINARY = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
@@ -44,4 +44,4 @@ def _decimal(amount: Fraction) -> tuple:
         if scaled.denominator == 1:
             return scaled.numerator, power
     nanos = amount * 10**9
-    return -((-nanos.numerator) // nanos.denominator), -3
+    return math.ceil(nanos), -3      # exact: nanos is a Fraction

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hami_proc.h"
 #include "sim.h"
 
 #define REAP_INTERVAL_NS 100000000LL /* liveness checks read /proc: at most every 100 ms */
@@ -15,34 +16,10 @@ static uint64_t my_start_time;
 static int my_slot[SIM_MAX_DEVICES];
 static int64_t last_reap[SIM_MAX_DEVICES];
 
-/* Start time of `pid` in clock ticks since boot; 0 when the process is gone or a zombie
- * (the real driver frees a process's memory at exit, before its parent reaps it). */
-static uint64_t start_time_of(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
-    if (!p)
-        return 0;
-    char state = 0;
-    unsigned long long start = 0;
-    /* after ") ": state, then fields 4..21, then starttime (22) */
-    if (sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d "
-                      "%*d %llu", &state, &start) != 2)
-        return 0;
-    return (state == 'Z' || state == 'X') ? 0 : (uint64_t)start;
-}
-
 void sim_slots_init(void)
 {
     slots_pid = getpid();
-    my_start_time = start_time_of(slots_pid);
+    my_start_time = hami_proc_start_time(slots_pid);
     for (int i = 0; i < SIM_MAX_DEVICES; i++)
         my_slot[i] = -1;
 }
@@ -60,7 +37,7 @@ void sim_reap_locked(struct sim_device *d, int force)
             continue;
         /* Same pid and same start time: the same live process. Without /proc, the
          * recorded start time is 0 and only the pid's existence can be checked. */
-        int alive = p->start_time ? start_time_of(p->pid) == p->start_time
+        int alive = p->start_time ? hami_proc_start_time(p->pid) == p->start_time
                                   : kill(p->pid, 0) == 0;
         if (!alive)
             memset(p, 0, sizeof *p);

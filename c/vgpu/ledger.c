@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hami_proc.h"
 #include "vgpu.h"
 
 static struct vgpu_shared *shm;
@@ -30,45 +31,12 @@ static uint64_t my_start;
 static int my_priority, stop_in_lock;
 static pthread_mutex_t claim_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Reads the start time (clock ticks after boot, field 22 of /proc/<pid>/stat) of a process:
- * 1 with *start set, 0 when it is a zombie (the driver frees a process's memory when it exits),
- * -1 when /proc does not show it (gone, or hidden from this user by hidepid). */
-static int proc_start(pid_t pid, uint64_t *start)
-{
-    char path[48], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    if (!p || p[1] != ' ')
-        return -1;
-    if (p[2] == 'Z' || p[2] == 'X' || p[2] == 'x')
-        return 0;
-    int field = 3; /* p + 2 is field 3, the state */
-    for (p += 2; *p && field < 22; p++)
-        field += *p == ' ';
-    *start = field == 22 ? strtoull(p, NULL, 10) : 0;
-    return 1;
-}
-
-static uint64_t start_time_of(pid_t pid)
-{
-    uint64_t start = 0;
-    return proc_start(pid, &start) == 1 ? start : 0;
-}
-
 /* Whether the process of a slot still lives. When /proc cannot show it, existence is all
  * that can be seen, and a process that may be alive is never swept. */
 static int alive(pid_t pid, uint64_t start)
 {
     uint64_t now = 0;
-    switch (proc_start(pid, &now)) {
+    switch (hami_proc_start(pid, &now)) {
     case 1: return !start || now == start;
     case 0: return 0;
     default: return kill(pid, 0) == 0 || errno == EPERM;
@@ -188,7 +156,7 @@ int vgpu_claim_slot(void)
     pthread_mutex_lock(&claim_lock);
     if (!my_pid) {
         my_pid = getpid();
-        my_start = start_time_of(my_pid);
+        my_start = hami_proc_start_time(my_pid);
     }
     for (int attempt = 0; my_slot < 0 && attempt < 2; attempt++) {
         if (attempt == 1)

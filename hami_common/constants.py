@@ -30,6 +30,9 @@ BIND_PHASE_ALLOCATING = "allocating"
 BIND_PHASE_SUCCESS = "success"
 BIND_PHASE_FAILED = "failed"
 
+# Pod phases after which a pod holds nothing (its containers have ended for good).
+POD_FINISHED_PHASES = ("Succeeded", "Failed")
+
 # Pod annotations written by users.
 ANNO_USE_GPUTYPE = "nvidia.com/use-gputype"
 ANNO_NOUSE_GPUTYPE = "nvidia.com/nouse-gputype"

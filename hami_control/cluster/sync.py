@@ -10,7 +10,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK, SCHEDULER_NAME
+from hami_common.constants import (ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK, POD_FINISHED_PHASES,
+                                   SCHEDULER_NAME)
 from hami_common.errors import HamiFormatError
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster import handshake
@@ -21,7 +22,8 @@ from hami_control.placement.annotations import node_registration, pod_reservatio
 
 log = logging.getLogger(__name__)
 KINDS = ("nodes", "pods")
-UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
+# The pods kube-scheduler's own informer watches: "status.phase!=Succeeded,status.phase!=Failed".
+UNFINISHED = ",".join(f"status.phase!={phase}" for phase in POD_FINISHED_PHASES)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from hami_common.request import pod_cpu_memory
 from hami_control.placement.model import PlacementError
 from hami_control.placement.view import ClusterView, Reservation
 
-FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ def pod_reservation(pod: Mapping, resource_fit: bool = False,
     bound (`spec.nodeName`), or once it carries a decision (kube-scheduler's assumed pod: it
     binds next); a pod that is neither holds nothing yet."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+    if (pod.get("status") or {}).get("phase") in C.POD_FINISHED_PHASES:
         return None
     annotations = meta.get("annotations") or {}
     node = spec.get("nodeName") or (annotations.get(C.ANNO_VGPU_NODE) if decisions else None)

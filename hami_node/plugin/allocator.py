@@ -31,7 +31,6 @@ MAX_ATTEMPTS = 5
 # A lock whose owner already finished is only removed once it is this old: the scheduler may
 # have just taken it for a pod that carries an earlier attempt's bind-phase.
 STALE_LOCK_GRACE_S = 10.0
-TERMINAL = ("Succeeded", "Failed")
 
 
 class _Conflict(Exception):
@@ -83,7 +82,7 @@ class Allocator:
                 ann.get(C.ANNO_VGPU_NODE, self.node) != self.node:
             return False
         if (pod.get("spec") or {}).get("nodeName") != self.node or \
-                (pod.get("status") or {}).get("phase") in TERMINAL or \
+                (pod.get("status") or {}).get("phase") in C.POD_FINISHED_PHASES or \
                 _meta(pod).get("deletionTimestamp"):
             return False
         try:

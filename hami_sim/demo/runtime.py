@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from hami_common import constants as C
 from hami_node.shim import CacheFileError, read_usage
 from hami_sim.container import ContainerError, container_env, start_container
 from hami_sim.demo.cluster import tail
@@ -162,8 +163,8 @@ class PodRuntime:
         pods = dict(kubelet.pods.pods)
         for uid, pod in pods.items():
             meta = pod["metadata"]
-            if uid in self.runs or (pod.get("status") or {}).get("phase") in ("Succeeded",
-                                                                               "Failed"):
+            if uid in self.runs or (pod.get("status") or {}).get("phase") in \
+                    C.POD_FINISHED_PHASES:
                 continue
             if kubelet.admitted(meta["namespace"], meta["name"]):
                 run = self._new_run(node, pod, kubelet.allocations(meta["namespace"],

@@ -25,7 +25,6 @@ from hami_sim.demo.events import EventRecorder, now_rfc3339
 from hami_sim.extender_client import ExtenderError
 from hami_sim.demo.podloop import UnboundPodLoop
 
-TERMINAL = ("Succeeded", "Failed")
 
 
 def fit_error(total: int, failed: dict) -> str:
@@ -101,7 +100,7 @@ class SchedulerDouble(UnboundPodLoop):
     def _ours(self, pod: dict) -> bool:
         spec, status = pod.get("spec") or {}, pod.get("status") or {}
         return (spec.get("schedulerName") == self.scheduler_name and not spec.get("nodeName")
-                and status.get("phase") not in TERMINAL
+                and status.get("phase") not in C.POD_FINISHED_PHASES
                 and not pod["metadata"].get("deletionTimestamp"))
 
     def run_once(self) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from hami_common import constants as C
 from hami_sim.apiserver.server import node_object
 
 from .devices import AllocationError, DeviceManager
@@ -25,7 +26,6 @@ from .records import AllocationFailure, ContainerAllocation, RecordDir
 from .registration import RegistrationServer
 from .status import StatusWriter
 
-TERMINAL = ("Succeeded", "Failed")
 
 
 class KubeletDouble:
@@ -151,7 +151,7 @@ class KubeletDouble:
         pods = dict(self.pods.pods)
         for uid in list(self._admitted):
             pod = pods.get(uid)
-            if pod is None or pod.get("status", {}).get("phase") in TERMINAL:
+            if pod is None or pod.get("status", {}).get("phase") in C.POD_FINISHED_PHASES:
                 if self.devices.release(uid):
                     self.log(f"freed the devices of pod uid {uid}")
                 self._admitted.pop(uid)
@@ -162,7 +162,8 @@ class KubeletDouble:
         now = time.monotonic()
         for uid, pod in sorted(pods.items(), key=lambda kv: kv[1]["metadata"].get(
                 "creationTimestamp", "")):
-            if uid in self._admitted or pod.get("status", {}).get("phase") in TERMINAL:
+            if uid in self._admitted or \
+                    pod.get("status", {}).get("phase") in C.POD_FINISHED_PHASES:
                 continue
             if pod["metadata"].get("deletionTimestamp") or self._retry_at.get(uid, 0) > now:
                 continue

@@ -13,10 +13,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from hami_node.shim.settings import CACHE_NAME
+
 CONTAINER_DIR = "/usr/local/vgpu"
 CONTAINER_LIB = CONTAINER_DIR + "/libvgpu.so"
 CONTAINER_SHARED_DIR = CONTAINER_DIR + "/shared"
-CACHE_FILE = "vgpu.cache"
+CACHE_FILE = CACHE_NAME         # the file the shim shares inside the container directory
 CONTAINER_CACHE = CONTAINER_SHARED_DIR + "/" + CACHE_FILE
 PRELOAD_PATH = "/etc/ld.so.preload"
 LIB_NAME = "libvgpu.so"

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 from hami_node.shim.errors import ShimConfigError, ShimError
 from hami_node.shim.probe import DeviceProbe, DriverProbe
-from hami_node.shim.settings import ShimSettings, shim_env
+from hami_node.shim.settings import CACHE_NAME, ShimSettings, shim_env
 from hami_node.shim.sizes import parse_size
 
 _DEVICE = re.compile(r"[0-9]+|GPU-[0-9a-fA-F-]+", re.ASCII)
@@ -112,7 +112,7 @@ def prepare(args: argparse.Namespace, probe: DeviceProbe) -> Tuple[Dict[str, str
     """The command's full environment, and the folder to remove afterwards (if any)."""
     env = base_env(args)
     owned = None if args.cache else Path(tempfile.mkdtemp(prefix="hami-run-"))
-    cache = Path(args.cache).resolve() if args.cache else owned / "vgpu.cache"
+    cache = Path(args.cache).resolve() if args.cache else owned / CACHE_NAME
     done = False
     try:
         full = shim_env(settings_for(args, env, cache, probe), base=env)

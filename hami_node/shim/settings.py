@@ -122,11 +122,14 @@ def _number(env: Mapping[str, str], name: str, top: int) -> Optional[int]:
     return int(text)
 
 
+CACHE_NAME = "vgpu.cache"       # the shared file's name in its directory (c/vgpu/env.c's too)
+
+
 def default_cache_path(env: Optional[Mapping[str, str]] = None) -> Path:
     """The shared file a process uses when CUDA_DEVICE_MEMORY_SHARED_CACHE is unset: one per
     user, ${TMPDIR:-/tmp}/hami-vgpu-<uid>/vgpu.cache (the rule of c/vgpu/env.c)."""
     env = os.environ if env is None else env
-    return Path(env.get("TMPDIR") or "/tmp") / f"hami-vgpu-{os.getuid()}" / "vgpu.cache"
+    return Path(env.get("TMPDIR") or "/tmp") / f"hami-vgpu-{os.getuid()}" / CACHE_NAME
 
 
 def cache_path_of(env: Optional[Mapping[str, str]] = None) -> Path:

@@ -88,16 +88,22 @@ def open_dir():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a child as another user")
 def test_non_root_users_get_private_defaults_and_can_share_an_explicit_file(harness, open_dir):
-    from hami_sim.gpu import sim_env
+    from hami_sim.gpu import lib_dir, sim_env
     exe = open_dir / "harness"
     shutil.copy(harness, exe)
     exe.chmod(0o755)
     nobody = 65534
+    # The libraries travel with the harness: a checkout under a private (0700) folder, as a
+    # clone in root's home or in `mktemp -d` is, cannot be read by user nobody.
+    libs = open_dir / "lib"
+    shutil.copytree(lib_dir(), libs)
+    shim_lib = libs / "libvgpu.so"
+    shutil.copy(ROOT / "hami_node/shim/lib/libvgpu.so", shim_lib)
 
     def as_nobody(**extra):
         env = sim_env(gpus="4g", state_dir=open_dir / "sim")
-        env.update(TMPDIR=str(open_dir), LD_PRELOAD=str(ROOT / "hami_node/shim/lib/libvgpu.so"),
-                   **extra)
+        env.update(TMPDIR=str(open_dir), LD_PRELOAD=str(shim_lib),
+                   LD_LIBRARY_PATH=f"{libs}:{env['LD_LIBRARY_PATH']}", **extra)
         env.pop("CUDA_DEVICE_MEMORY_SHARED_CACHE", None)
         return subprocess.run([str(exe), "startup"], env=env, capture_output=True, text=True,
                               timeout=60, user=nobody, group=nobody)

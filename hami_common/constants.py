@@ -45,6 +45,8 @@ ANNO_NODE_SCHEDULER_POLICY = "hami.io/node-scheduler-policy"
 # Label on a pod or namespace that makes the webhook leave the pod alone.
 LABEL_WEBHOOK = "hami.io/webhook"
 LABEL_WEBHOOK_IGNORE = "ignore"
+# On the hami-control pod that holds the Lease; the extender's Service selects on it.
+LABEL_CONTROL_LEADER = "hami.io/control-leader"
 
 SCHEDULER_NAME = "hami-scheduler"
 DEVICE_VENDOR = "NVIDIA"

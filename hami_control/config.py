@@ -29,6 +29,9 @@ class LeaseConfig:
     duration_s: float = 15.0
     renew_deadline_s: float = 10.0
     retry_period_s: float = 2.0
+    # The pod labelled LEADER_LABEL while this replica leads (the extender's Service selects on
+    # it); empty outside a pod. It lives in the Lease's namespace.
+    pod: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,10 @@ def _lease_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lease-duration", type=float, default=15.0, metavar="SECONDS")
     g.add_argument("--renew-deadline", type=float, default=10.0, metavar="SECONDS")
     g.add_argument("--retry-period", type=float, default=2.0, metavar="SECONDS")
+    g.add_argument("--leader-pod", default=os.environ.get("POD_NAME", ""), metavar="NAME",
+                   help="the pod (in the Lease's namespace) to label hami.io/control-leader=true "
+                        "while this replica leads, so that the extender's Service reaches only "
+                        "the leader (default $POD_NAME; empty: no label)")
 
 
 def _listen(value: str) -> tuple:
@@ -158,7 +165,7 @@ def _lease(args) -> LeaseConfig:
         raise ConfigError("--lease-name" if not args.lease_name else "--lease-namespace",
                           "must not be empty")
     return LeaseConfig(args.leader_elect, args.lease_name, args.lease_namespace, identity,
-                       duration, renew, retry)
+                       duration, renew, retry, args.leader_pod)
 
 
 def _tls(args) -> tuple:

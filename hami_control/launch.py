@@ -72,14 +72,16 @@ def start_control(kubeconfig, process: bool = False, *, tls: tuple | None = None
     return running
 
 
-def wait_until_ready(running: RunningControl, timeout: float) -> bool:
-    """Polls /readyz until it answers 200."""
+def wait_until_ready(running: RunningControl, timeout: float, leader: bool = True) -> bool:
+    """Polls /readyz until it answers 200 and, with leader, says this replica leads (so that
+    it filters and binds; readiness alone means it can serve the webhook)."""
+    import json
     import time
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            status, _ = running.client.request("GET", "/readyz")
-            if status == 200:
+            status, body = running.client.request("GET", "/readyz")
+            if status == 200 and (not leader or json.loads(body).get("leader")):
                 return True
         except OSError:
             running.client.close()

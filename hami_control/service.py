@@ -6,6 +6,7 @@ from typing import Optional
 
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.leader import AlwaysLeader, LeaderElector
+from hami_control.cluster.leader_label import LeaderLabel
 from hami_control.cluster.sync import ClusterSync, PodScope
 from hami_control.config import ControlConfig
 from hami_control.errors import ConfigError
@@ -44,8 +45,11 @@ class ControlPlane:
                  metrics: Optional[ControlMetrics] = None):
         self.config, self.api, self.clock = config, api, clock
         self.state = _state(config)
-        self.leader = LeaderElector(api, config.lease, clock) if config.lease.enabled \
-            else AlwaysLeader()
+        lease = config.lease
+        self.leader_label = LeaderLabel(api, lease.namespace, lease.pod) \
+            if lease.enabled and lease.pod else None
+        self.leader = LeaderElector(api, lease, clock, on_change=self.leader_label) \
+            if lease.enabled else AlwaysLeader()
         self.sync = ClusterSync(api, self.state, clock, config.resync_s,
                                 config.handshake_interval_s, writer=api,
                                 is_leader=lambda: self.leader.is_leader,
@@ -67,7 +71,8 @@ class ControlPlane:
                                NamespaceLabels(api, clock))
         self.app = make_app(Endpoints(self.webhook, self.filter, self.bind, self.healthz,
                                       self.readyz, self.metrics.render, self.metrics.observe,
-                                      self.metrics.result), config.max_body)
+                                      self.metrics.result,
+                                      leading=lambda: self.leader.is_leader), config.max_body)
         self.server: Optional[HttpServer] = None
 
     def _cached_lock(self, node: str):
@@ -84,6 +89,8 @@ class ControlPlane:
         self.server = HttpServer(self.app, cfg.host, cfg.port, cfg.threads, cfg.tls_cert,
                                  cfg.tls_key).start()
         self.sync.start()
+        if self.leader_label:       # a restarted container's pod may still carry the label
+            self.leader_label(False)
         self.leader.start()
         return self
 
@@ -93,6 +100,8 @@ class ControlPlane:
             self.server.stop()
         self.writer.close()
         self.leader.stop()
+        if self.leader_label and self.leader_label.labelled is not False:
+            self.leader_label(False)
         self.sync.stop()
 
     @property
@@ -107,11 +116,12 @@ class ControlPlane:
         return True, "ok"
 
     def readyz(self) -> tuple:
-        """Ready once the view is synced and this replica leads."""
-        problems = []
+        """Ready once the view is synced: a follower can serve the webhook, and a rolling
+        update needs its new pod Ready while the old one still leads. Only the leader filters
+        and binds; the extender's Service finds it by its label (cluster/leader_label.py)."""
         if not self.sync.synced:
-            problems.append("the cluster view is not synced yet (listing nodes and pods)")
-        if not self.leader.is_leader:
-            problems.append(f"not the leader (the lease is held by "
-                            f"{self.leader.holder or 'nobody yet'})")
-        return (not problems), "; ".join(problems) or "ready"
+            return False, "the cluster view is not synced yet (listing nodes and pods)"
+        if self.leader.is_leader:
+            return True, "ready (the leader: filters and binds)"
+        return True, (f"ready (a follower: serves the webhook; the lease is held by "
+                      f"{getattr(self.leader, 'holder', '') or 'nobody yet'})")

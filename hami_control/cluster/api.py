@@ -60,6 +60,10 @@ class PodNodeApi(Protocol):
                               annotations: Mapping[str, Optional[str]]) -> dict:
         """Merge-patches the pod's annotations (None removes one); returns the new pod."""
 
+    def patch_pod_labels(self, namespace: str, name: str,
+                         labels: Mapping[str, Optional[str]]) -> dict:
+        """Merge-patches the pod's labels (None removes one); returns the new pod."""
+
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
                  annotations: Mapping[str, str]) -> None:
         """Creates the pod's Binding to node (its annotations are copied onto the pod)."""

@@ -149,6 +149,11 @@ class KubeApi:
                           {"metadata": {"annotations": dict(annotations)}},
                           _content_type=MERGE_PATCH)
 
+    def patch_pod_labels(self, namespace: str, name: str,
+                         labels: Mapping[str, Optional[str]]) -> dict:
+        return self._call(self._core.patch_namespaced_pod, name, namespace,
+                          {"metadata": {"labels": dict(labels)}}, _content_type=MERGE_PATCH)
+
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
                  annotations: Mapping[str, str]) -> None:
         meta = {"name": name, "namespace": namespace, "annotations": dict(annotations)}

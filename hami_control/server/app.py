@@ -32,11 +32,18 @@ class Endpoints:
     metrics: Callable[[], bytes]
     observe: Callable[[str, float], None] = lambda verb, seconds: None
     count: Callable[[str, str], None] = lambda endpoint, result: None
+    # Whether this replica leads. A follower's filter/bind answers close the connection:
+    # kube-scheduler keeps connections alive, and one opened to a demoted leader must not keep
+    # reaching it (the next attempt goes through the Service to the current leader).
+    leading: Callable[[], bool] = lambda: True
 
 
-def _json(status: int, body) -> bottle.HTTPResponse:
+def _json(status: int, body, close: bool = False) -> bottle.HTTPResponse:
+    headers = {"Content-Type": JSON}
+    if close:
+        headers["Connection"] = "close"
     return bottle.HTTPResponse(json.dumps(body, separators=(",", ":")), status=status,
-                               headers={"Content-Type": JSON})
+                               headers=headers)
 
 
 def _drain(stream, length: int) -> None:
@@ -90,7 +97,7 @@ def make_app(endpoints: Endpoints, max_body: int) -> bottle.Bottle:
     app.config["catchall"] = False          # the routes answer their own errors as JSON
     app.config["json.enable"] = False
 
-    def verb(name: str, handler: Callable[[object], dict]):
+    def verb(name: str, handler: Callable[[object], dict], leader_only: bool = False):
         def route():
             start = time.perf_counter()
             try:
@@ -105,21 +112,24 @@ def make_app(endpoints: Endpoints, max_body: int) -> bottle.Bottle:
             endpoints.observe(name, time.perf_counter() - start)
             if name == "webhook":
                 endpoints.count(name, _webhook_result(answer))
-            return _json(200, answer)
+            return _json(200, answer, close=leader_only and not endpoints.leading())
         app.route(f"/{name}", "POST", route)
 
     verb("webhook", endpoints.webhook)
-    verb("filter", endpoints.filter)
-    verb("bind", endpoints.bind)
+    verb("filter", endpoints.filter, leader_only=True)
+    verb("bind", endpoints.bind, leader_only=True)
 
-    def probe(check: Callable[[], tuple]):
+    def probe(check: Callable[[], tuple], role: bool = False):
         def route():
             ok, detail = check()
-            return _json(200 if ok else 503, {"ok": ok, "detail": detail})
+            body = {"ok": ok, "detail": detail}
+            if role:
+                body["leader"] = bool(endpoints.leading())
+            return _json(200 if ok else 503, body)
         return route
 
     app.route("/healthz", "GET", probe(endpoints.healthz))
-    app.route("/readyz", "GET", probe(endpoints.readyz))
+    app.route("/readyz", "GET", probe(endpoints.readyz, role=True))
     app.route("/metrics", "GET", lambda: bottle.HTTPResponse(
         endpoints.metrics(), headers={"Content-Type": "text/plain; version=0.0.4"}))
     for status in (400, 404, 405, 411, 413, 500):

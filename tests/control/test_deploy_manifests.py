@@ -75,10 +75,32 @@ def test_scheduler_configuration_names_the_extender():
     assert extender["nodeCacheCapable"] is True and extender["enableHTTPS"] is True
     assert {r["name"] for r in extender["managedResources"]} == set(C.GPU_RESOURCES)
     assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
-    service = _by_kind("Service")[0]
+    service = _service("hami-control-leader")
     host = f"{service['metadata']['name']}.{service['metadata']['namespace']}.svc"
     assert extender["urlPrefix"] == f"https://{host}:{service['spec']['ports'][0]['port']}"
-    assert extender["tlsConfig"]["serverName"] == host
+    # The certificate is made for the webhook Service's name; kube-scheduler checks that name.
+    webhook_service = _service("hami-control")
+    assert extender["tlsConfig"]["serverName"] == \
+        f"{webhook_service['metadata']['name']}.{webhook_service['metadata']['namespace']}.svc"
+
+
+def _service(name: str) -> dict:
+    (service,) = [s for s in _by_kind("Service") if s["metadata"]["name"] == name]
+    return service
+
+
+def test_the_extender_reaches_only_the_leader_and_the_webhook_every_ready_replica():
+    leader, webhook = _service("hami-control-leader"), _service("hami-control")
+    assert leader["spec"]["selector"] == {**webhook["spec"]["selector"],
+                                          C.LABEL_CONTROL_LEADER: "true"}
+    hook = _by_kind("MutatingWebhookConfiguration")[0]["webhooks"][0]["clientConfig"]["service"]
+    assert (hook["name"], hook["port"]) == ("hami-control", 443)
+    deployment = _by_kind("Deployment")[0]
+    control = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+           for e in control["hami-control"]["env"]}
+    assert env["POD_NAME"] == "metadata.name"      # the pod it labels while it leads
+    assert control["hami-control"]["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
 def test_routes_exist_for_the_verbs_and_the_webhook_path():
@@ -92,7 +114,7 @@ def test_routes_exist_for_the_verbs_and_the_webhook_path():
 
 
 def test_deployment_agrees_with_service_and_flags():
-    deployment, service = _by_kind("Deployment")[0], _by_kind("Service")[0]
+    deployment, service = _by_kind("Deployment")[0], _service("hami-control")
     pod = deployment["spec"]["template"]
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     containers = {c["name"]: c for c in pod["spec"]["containers"]}

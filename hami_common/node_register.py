@@ -50,13 +50,15 @@ def _int_field(obj: dict, key: str, default=None) -> int:
 
 
 def _device_from_json(obj) -> DeviceInfo:
+    """HAMi's Go encoder omits zero values (`omitempty`): a missing health is false, a missing
+    count or devmem is 0 (that GPU then takes no slice; the node's other GPUs still count)."""
     if not isinstance(obj, dict):
         raise HamiFormatError(f"register entry must be an object, got {type(obj).__name__}")
-    health = obj.get("health", True)
+    health = obj.get("health", False)
     if not isinstance(health, bool):
         raise HamiFormatError(f"register entry {obj.get('id', '?')!r}: health must be true/false")
     return DeviceInfo(id=str(obj.get("id", "")), index=_int_field(obj, "index", 0),
-                      count=_int_field(obj, "count"), devmem=_int_field(obj, "devmem"),
+                      count=_int_field(obj, "count", 0), devmem=_int_field(obj, "devmem", 0),
                       devcore=_int_field(obj, "devcore", 100), type=str(obj.get("type", "")),
                       numa=_int_field(obj, "numa", 0),
                       mode=str(obj.get("mode") or DEVICE_MODE_HAMI_CORE), health=health)

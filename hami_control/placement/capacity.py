@@ -24,7 +24,7 @@ class CapacityIndex:
         usable = max_cores = max_mem = 0
         max_pct = 0.0
         for d in node.devices:
-            if d.used >= d.count or not d.health or d.cordoned:
+            if d.used >= d.count or not d.health or d.cordoned or not d.mode_ok:
                 continue
             usable += 1
             max_cores = max(max_cores, d.devcore - d.usedcores)

@@ -39,6 +39,8 @@ def device_reason(dev, ctr, filters, regular=_ZERO, init=_ZERO) -> Optional[str]
         return R.CARD_NOT_HEALTH
     if dev.cordoned:
         return R.CARD_CORDONED
+    if not dev.mode_ok:
+        return R.CARD_MODE_MISMATCH
     if (filters.use_types or filters.nouse_types) and not filters.type_ok(dev.type):
         return R.CARD_TYPE_MISMATCH
     if (filters.use_uuids or filters.nouse_uuids) and not filters.uuid_ok(dev.uuid):

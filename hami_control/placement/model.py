@@ -2,6 +2,7 @@
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from hami_common.constants import DEVICE_MODE_HAMI_CORE
 from hami_common.node_register import DeviceInfo
 from hami_common.pod_devices import ContainerDevice
 from hami_control.placement.workload import share_with
@@ -15,7 +16,7 @@ class Device:
     """One physical GPU of a node: what it is (registered) and what is taken of it."""
 
     __slots__ = ("uuid", "index", "type", "type_lower", "numa", "count", "devmem", "devcore",
-                 "health", "cordoned", "used", "usedmem", "usedcores")
+                 "health", "cordoned", "mode_ok", "used", "usedmem", "usedcores")
 
     def __init__(self, info: DeviceInfo, cordoned: bool = False):
         self.uuid, self.index, self.type = info.id, info.index, info.type
@@ -23,6 +24,8 @@ class Device:
         self.numa, self.count, self.devmem, self.devcore = info.numa, info.count, info.devmem, \
             info.devcore
         self.health, self.cordoned = info.health, cordoned
+        # A GPU in MIG or MPS mode (HAMi's register `mode`) takes no hami-core slice.
+        self.mode_ok = info.mode == DEVICE_MODE_HAMI_CORE
         self.used = self.usedmem = self.usedcores = 0
 
     def share_free(self) -> int:
@@ -81,7 +84,8 @@ class Node:
     def _state(self, with_uuid: bool) -> tuple:
         return (self.cpu_free, self.mem_free, self.cpu_capacity is None,
                 tuple((d.type_lower, d.uuid if with_uuid else None, d.count, d.devmem,
-                       d.devcore, d.used, d.usedmem, d.usedcores, d.health, d.cordoned, d.numa)
+                       d.devcore, d.used, d.usedmem, d.usedcores, d.health, d.cordoned, d.mode_ok,
+                       d.numa)
                       for d in self.devices))
 
     def items(self) -> tuple:

@@ -5,6 +5,7 @@ from collections import Counter
 # Per-device reasons, in the order the checks run (HAMi's order; CardCordoned is ours).
 CARD_NOT_HEALTH = "CardNotHealth"
 CARD_CORDONED = "CardCordoned"
+CARD_MODE_MISMATCH = "CardModeMismatch"         # ours: a MIG or MPS GPU takes no hami-core slice
 CARD_TYPE_MISMATCH = "CardTypeMismatch"
 CARD_UUID_MISMATCH = "CardUuidMismatch"
 CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
@@ -24,6 +25,8 @@ NODE_UNKNOWN = "NodeUnregistered"
 HINTS = {
     CARD_NOT_HEALTH: "the GPU is unhealthy",
     CARD_CORDONED: "the GPU is cordoned (hami.io/device-cordon)",
+    CARD_MODE_MISMATCH: "the GPU is in MIG or MPS mode; hami-core slices need one in hami-core "
+                        "mode",
     CARD_TYPE_MISMATCH: "the GPU type is excluded by nvidia.com/use-gputype or nouse-gputype",
     CARD_UUID_MISMATCH: "the GPU is excluded by nvidia.com/use-gpuuuid or nouse-gpuuuid",
     CARD_TIME_SLICING_EXHAUSTED: "the GPU already runs as many tasks as it may share",

@@ -42,7 +42,7 @@ class PodClass:
 
 def share_with(dev, slots: int = 0, mem: int = 0, cores: int = 0) -> int:
     """The device's free share (thousandths) once `slots`, `mem` MiB and `cores` more are taken."""
-    if dev.used + slots >= dev.count or not dev.health or dev.cordoned:
+    if dev.used + slots >= dev.count or not dev.health or dev.cordoned or not dev.mode_ok:
         return 0
     free_cores = (dev.devcore - dev.usedcores - cores) * 1000 // dev.devcore if dev.devcore else 0
     free_mem = (dev.devmem - dev.usedmem - mem) * 1000 // dev.devmem if dev.devmem else 0

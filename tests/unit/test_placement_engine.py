@@ -193,3 +193,17 @@ def test_init_container_usage_is_the_max_not_the_sum():
                                    (ContainerDevice("GPU-a0", 8000, 50),)),
                       init_positions=frozenset({0}))
     assert res.device_usage() == {"GPU-a0": (1, 8000, 50)}
+
+
+def test_a_mig_or_mps_gpu_takes_no_hami_core_slice():
+    from dataclasses import replace
+    nodes = [node_object("a", [replace(gpu("GPU-a0"), mode="mig"), replace(gpu("GPU-a1", index=1),
+                                                                          mode="mps")]),
+             node_object("b", [gpu("GPU-b0")])]
+    view, problems = build_view(nodes, [], resource_fit=True)
+    assert problems == []
+    decision = place(view, request(mem=1000), BINPACK)
+    assert decision.ok and decision.node == "b"
+    view.reserve(Reservation.of(request(mem=1000), decision))
+    refused = place(view, request(mem=16000), BINPACK, nodes=["a"])
+    assert refused.failed == {"a": "2/2 CardModeMismatch"}

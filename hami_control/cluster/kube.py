@@ -56,12 +56,13 @@ def make_api_client(kubeconfig: Optional[str] = None):
 class KubeApi:
     """WatchSource, PodNodeApi, LeaseApi and NamespaceApi over one kubernetes ApiClient."""
 
-    def __init__(self, api_client, request_timeout: float = 30.0):
+    def __init__(self, api_client, request_timeout: float = 30.0, page_size: int = 500):
         from kubernetes import client
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._leases = client.CoordinationV1Api(api_client)
         self._timeout = request_timeout
+        self._page_size = page_size
         self._watches: set = set()
         self._watch_lock = threading.Lock()
 
@@ -103,9 +104,24 @@ class KubeApi:
         raise ValueError(f"cannot list {kind!r}; nodes or pods")
 
     def list(self, kind: str, field_selector: str = "") -> tuple:
-        body = self._call(self._lister(kind), field_selector=field_selector or None)
-        return body.get("items") or [], str((body.get("metadata") or {}).get("resourceVersion")
-                                            or "")
+        """Every object, in pages (a large cluster's pods in one answer cost the API server
+        and us a burst of memory); a continue token that expired mid-list starts it over."""
+        for attempt in (1, 2):
+            items, token = [], None
+            try:
+                while True:
+                    body = self._call(self._lister(kind), field_selector=field_selector or None,
+                                      limit=self._page_size, _continue=token)
+                    items.extend(body.get("items") or [])
+                    meta = body.get("metadata") or {}
+                    token = meta.get("continue")
+                    if not token:
+                        return items, str(meta.get("resourceVersion") or "")
+            except Expired:
+                if attempt == 2 or token is None:
+                    raise
+                log.info("listing %s: the continue token expired; listing again", kind)
+        raise AssertionError("unreachable")
 
     def watch(self, kind: str, resource_version: str, timeout_s: float,
               field_selector: str = "") -> Iterator[tuple]:

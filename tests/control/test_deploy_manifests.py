@@ -17,7 +17,8 @@ MODELS = {"Namespace": "V1Namespace", "ServiceAccount": "V1ServiceAccount",
           "ClusterRole": "V1ClusterRole", "ClusterRoleBinding": "V1ClusterRoleBinding",
           "Role": "V1Role", "RoleBinding": "V1RoleBinding", "ConfigMap": "V1ConfigMap",
           "Service": "V1Service", "Deployment": "V1Deployment",
-          "MutatingWebhookConfiguration": "V1MutatingWebhookConfiguration"}
+          "MutatingWebhookConfiguration": "V1MutatingWebhookConfiguration",
+          "PriorityClass": "V1PriorityClass"}
 # KubeSchedulerConfiguration extender keys (protocols section 2).
 EXTENDER_KEYS = {"urlPrefix", "filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb",
                  "weight", "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable",
@@ -159,3 +160,10 @@ def test_certificate_script(tmp_path):
     text = subprocess.run(["openssl", "x509", "-in", str(out / "tls.crt"), "-noout", "-text"],
                           capture_output=True, text=True).stdout
     assert "DNS:hami-control.hami-system.svc" in text
+
+
+def test_no_system_priority_class_outside_kube_system():
+    (deployment,) = _by_kind("Deployment")
+    name = deployment["spec"]["template"]["spec"]["priorityClassName"]
+    assert not name.startswith("system-"), "system-* classes are for kube-system"
+    assert name in [p["metadata"]["name"] for p in _by_kind("PriorityClass")]

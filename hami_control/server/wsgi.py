@@ -1,7 +1,12 @@
 """The production WSGI server: cheroot (a thread pool, HTTP/1.1 keep-alive), with its built-in
 SSL adapter when a certificate is given. Bottle's own server is single-threaded and for
-development only."""
+development only.
+
+The certificate and key are read again when their files change (a renewed Secret, cert-manager):
+new connections get the new certificate, established ones keep theirs. A pair that does not
+load (say the certificate is renewed before its key) is logged and retried; the old one stays."""
 import logging
+import os
 import threading
 from typing import Optional
 
@@ -16,15 +21,18 @@ class HttpServer:
     """Serves a WSGI app on host:port in a background thread."""
 
     def __init__(self, app, host: str, port: int, threads: int = 16,
-                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None):
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 reload_interval_s: float = 10.0):
         self._server = wsgi.Server((host, port), app, numthreads=threads,
                                    server_name="hami-control", timeout=30,
                                    shutdown_timeout=2, request_queue_size=128)
         # How often the accept loop looks up from select(): also how long stop() waits.
         self._server.expiration_interval = 0.1
         self._tls = bool(tls_cert)
+        self._reloader = None
         if tls_cert:
             self._server.ssl_adapter = _ssl_adapter(tls_cert, tls_key)
+            self._reloader = CertReloader(self._server, tls_cert, tls_key, reload_interval_s)
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> "HttpServer":
@@ -36,6 +44,8 @@ class HttpServer:
                                           f"{e.strerror or e}") from e
         self._thread = threading.Thread(target=self._server.serve, name="http", daemon=True)
         self._thread.start()
+        if self._reloader:
+            self._reloader.start()
         return self
 
     @property
@@ -52,6 +62,8 @@ class HttpServer:
 
     def stop(self) -> None:
         """Stops accepting and waits for the workers."""
+        if self._reloader:
+            self._reloader.stop()
         self._server.stop()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -64,3 +76,54 @@ def _ssl_adapter(cert: str, key: str):
     except (OSError, ValueError) as e:      # ssl.SSLError is an OSError
         raise ConfigError("--tls-cert/--tls-key", f"cannot load the certificate {cert!r} "
                           f"with key {key!r}: {e}") from e
+
+
+def _stamp(*paths: str) -> tuple:
+    """What tells a changed file: (inode, size, mtime) of each (the Secret volume's atomic
+    symlink swap gives new inodes); None for a missing one."""
+    stamps = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
+
+
+class CertReloader:
+    """Swaps the server's SSL adapter when the certificate or key files change."""
+
+    def __init__(self, server, cert: str, key: str, interval_s: float):
+        self.server, self.cert, self.key, self.interval_s = server, cert, key, interval_s
+        self._seen = _stamp(cert, key)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cert-reload", daemon=True)
+
+    def start(self) -> None:
+        """Watches in a thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops watching."""
+        self._stopped.set()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self.interval_s):
+            self.check()
+
+    def check(self) -> bool:
+        """Reloads if the files changed; whether a new certificate is now served."""
+        stamp = _stamp(self.cert, self.key)
+        if stamp == self._seen:
+            return False
+        try:
+            adapter = _ssl_adapter(self.cert, self.key)
+        except ConfigError as e:
+            log.warning("the serving certificate changed but does not load (%s); still serving "
+                        "the previous one, trying again in %g s", e, self.interval_s)
+            return False
+        self.server.ssl_adapter = adapter
+        self._seen = stamp
+        log.info("serving the renewed certificate %s", self.cert)
+        return True

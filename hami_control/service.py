@@ -7,6 +7,7 @@ from typing import Optional
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.leader import AlwaysLeader, LeaderElector
 from hami_control.cluster.leader_label import LeaderLabel
+from hami_control.cluster.stranded import StrandedPods
 from hami_control.cluster.sync import ClusterSync, PodScope
 from hami_control.config import ControlConfig
 from hami_control.errors import ConfigError
@@ -50,11 +51,14 @@ class ControlPlane:
             if lease.enabled and lease.pod else None
         self.leader = LeaderElector(api, lease, clock, on_change=self.leader_label) \
             if lease.enabled else AlwaysLeader()
+        self.stranded = StrandedPods(api, config.scheduler_name,
+                                     lambda: self.leader.is_leader, clock)
         self.sync = ClusterSync(api, self.state, clock, config.resync_s,
                                 config.handshake_interval_s, writer=api,
                                 is_leader=lambda: self.leader.is_leader,
                                 pods=PodScope(config.scheduler_name, config.track_resources,
-                                              config.all_pods))
+                                              config.all_pods),
+                                on_pod=self.stranded.on_pod)
         self.metrics = metrics or ControlMetrics()
         self.metrics.watch(self.state, self._status)
         locker = NodeLocker(api, clock, timedelta(seconds=config.lock_expiry_s),

@@ -69,10 +69,11 @@ class ClusterSync:
     def __init__(self, source, state, clock: Clock = SystemClock(), resync_s: float = 300.0,
                  handshake_interval_s: float = 30.0, writer=None,
                  is_leader: Callable[[], bool] = lambda: True, backoff_s: float = 1.0,
-                 pods: PodScope = PodScope()):
+                 pods: PodScope = PodScope(),
+                 on_pod: Callable[[dict, bool], None] = lambda pod, deleted: None):
         self.source, self.state, self.clock = source, state, clock
         self.resync_s, self.backoff_s = resync_s, backoff_s
-        self.pods = pods
+        self.pods, self.on_pod = pods, on_pod
         self.selectors = {"nodes": "", "pods": pods.selector}
         self.handshake_interval_s, self.writer, self.is_leader = \
             handshake_interval_s, writer, is_leader
@@ -172,6 +173,7 @@ class ClusterSync:
                             "nothing: %s",
                             key, e)
         self.state.apply_pod(key, resource_version(pod), reservation, deleted)
+        self.on_pod(pod, deleted)
 
     # --- nodes ---------------------------------------------------------------------------
     def _registration(self, name: str, node: dict, source: tuple):

@@ -14,6 +14,7 @@ from hami_common import constants as C
 from hami_common.errors import RequestError
 from hami_common.request import RequestDefaults, parse_pod
 from hami_control.cluster.api import ApiError
+from hami_control.cluster.events import warn_pod
 from hami_control.errors import BindError
 from hami_control.extender.args import parse_bind
 from hami_control.extender.filter import unavailable
@@ -129,15 +130,5 @@ class BindHandler:
                             "decision was undone); kube-scheduler filters it again")
 
     def _event(self, args, message: str) -> None:
-        now = self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"generateName": f"{args.name}.", "namespace": args.namespace},
-                 "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": args.name,
-                                    "namespace": args.namespace, "uid": args.uid},
-                 "reason": EVENT_REASON, "message": message[:1024], "type": "Warning",
-                 "source": {"component": self.component}, "reportingComponent": self.component,
-                 "firstTimestamp": now, "lastTimestamp": now, "count": 1}
-        try:
-            self.api.create_event(args.namespace, event)
-        except ApiError as e:
-            log.warning("could not record an Event on pod %s: %s", args.key, e)
+        warn_pod(self.api, self.component, self.clock.now(), args.namespace, args.name,
+                 args.uid, EVENT_REASON, message)

@@ -43,6 +43,13 @@ def _asks_gpu(ctr: Mapping) -> bool:
                for section in ("limits", "requests"))
 
 
+def asks_gpu_slices(pod: Mapping) -> bool:
+    """Whether any container of the pod asks for one of our resources (nvidia.com/gpu,
+    gpumem, gpumem-percentage, gpucores, priority)."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    return any(_asks_gpu(c) for _, c in _containers(spec))
+
+
 def _containers(spec: Mapping) -> list:
     """(JSON path, container) of every init container and container, in spec order."""
     out = []

@@ -4,7 +4,10 @@ answer for its containers, and record the outcome in its annotations.
 kubelet does not say which pod an Allocate is for, so the pod is found as HAMi does: the owner
 of the node lock (`hami.io/mutex.lock`) first, else the pods bound to this node with
 `hami.io/bind-phase: allocating` and entries left in `hami.io/vgpu-devices-to-allocate`, oldest
-`hami.io/bind-time` first (preferring one whose next entries match kubelet's device counts).
+`hami.io/bind-time` first, preferring one whose next entries match kubelet's device counts.
+When none matches while a pod on the node asks for GPUs without a decision (bound by another
+scheduler: the webhook was bypassed), the Allocate fails and no pod is touched, since it may be
+that pod's and must never take another pod's entries.
 
 Success: the entries are emptied, `bind-phase: success` once no entry is left, then the node
 lock is released; all pod changes in one patch guarded by the pod's resourceVersion (a
@@ -48,6 +51,17 @@ def _ann(obj: dict) -> dict:
 def pod_key(pod: dict) -> str:
     """namespace/name."""
     return f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
+
+
+def _undecided(pod: dict) -> bool:
+    """An unfinished pod that asks for our resources but carries no scheduler decision."""
+    if (pod.get("status") or {}).get("phase") in C.POD_FINISHED_PHASES or \
+            _meta(pod).get("deletionTimestamp") or C.ANNO_DEVICES_TO_ALLOCATE in _ann(pod):
+        return False
+    spec = pod.get("spec") or {}
+    return any(key in ((ctr.get("resources") or {}).get("limits") or {})
+               for ctr in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+               for key in C.GPU_RESOURCES)
 
 
 def _bind_order(pod: dict) -> tuple:
@@ -116,15 +130,27 @@ class Allocator:
             pod = self.cluster.get_pod(owner.namespace, owner.pod)
             if self._waiting(pod) and self._fits(pod, counts):
                 return pod
-        pods = sorted((p for p in self.cluster.list_node_pods(self.node) if self._waiting(p)),
-                      key=_bind_order)
+        on_node = self.cluster.list_node_pods(self.node)
+        pods = sorted((p for p in on_node if self._waiting(p)), key=_bind_order)
         if not pods:
             raise AllocationError(
                 f"no pod on node {self.node} is waiting for GPUs: expected one bound here with "
                 f"{C.ANNO_BIND_PHASE}={C.BIND_PHASE_ALLOCATING} and entries in "
                 f"{C.ANNO_DEVICES_TO_ALLOCATE}; make sure the pod is scheduled by "
                 f"{C.SCHEDULER_NAME} (schedulerName) and that hami-control's webhook saw it")
-        return next((p for p in pods if self._fits(p, counts)), pods[0])
+        fitting = next((p for p in pods if self._fits(p, counts)), None)
+        if fitting is not None:
+            return fitting
+        undecided = [pod_key(p) for p in on_node if _undecided(p)]
+        if undecided:
+            # Never another pod's entries: the container kubelet starts may be one of these.
+            raise AllocationError(
+                f"kubelet asks for {list(counts)} GPU(s) per container; no pod waiting on node "
+                f"{self.node} ({', '.join(pod_key(p) for p in pods)}) has that many left, and "
+                f"{', '.join(undecided)} asks for GPUs without a decision from "
+                f"{C.SCHEDULER_NAME} (bound by another scheduler: its webhook was bypassed). "
+                "Such a pod gets no GPUs: delete it and create it again once the webhook works")
+        return pods[0]      # the only candidates: fail it with what is wrong with its entries
 
     # Allocate ----------------------------------------------------------------------------
 

@@ -243,6 +243,21 @@ def test_lock_owner_first_then_oldest_bind_time(alloc_env):
     assert allocator.find_pod([2])["metadata"]["name"] == "pair"
 
 
+def test_a_request_no_waiting_pod_matches_takes_nobody_elses_entries(alloc_env):
+    cluster, allocator, _ = alloc_env
+    cluster.add_pod("ours", [[(A, 1, 1)]])
+    before = dict(cluster.ann("ours"))
+    # kubelet starts a pod the default scheduler bound (nvidia.com/gpu: 2, no decision).
+    cluster.pods[("default", "stranded")] = {
+        "metadata": {"namespace": "default", "name": "stranded", "annotations": {}},
+        "spec": {"nodeName": NODE, "containers": [
+            {"name": "main", "resources": {"limits": {C.RESOURCE_GPU: "2"}}}]},
+        "status": {"phase": "Pending"}}
+    with pytest.raises(AllocationError, match=r"\(default/ours\).*default/stranded asks"):
+        allocator.allocate([[f"{A}-0", f"{B}-0"]])
+    assert cluster.ann("ours") == before and not cluster.events
+
+
 def test_success_consumes_marks_and_releases(alloc_env):
     cluster, allocator, layout = alloc_env
     cluster.add_pod("p", [[(A, 100, 10)], [(B, 200, 20)]])

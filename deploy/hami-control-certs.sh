@@ -46,6 +46,6 @@ if [ "$APPLY" = 1 ]; then
     --from-file=tls.key --from-file=ca.crt --dry-run=client -o yaml | kubectl apply -f -
   CA_BUNDLE=$(base64 < ca.crt | tr -d '\n')
   kubectl patch mutatingwebhookconfiguration hami-control --type=json \
-    -p "[{\"op\":\"replace\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$CA_BUNDLE\"}]"
+    -p "[{\"op\":\"add\",\"path\":\"/webhooks/0/clientConfig/caBundle\",\"value\":\"$CA_BUNDLE\"}]"
   echo "Secret $NAMESPACE/hami-control-tls applied; webhook caBundle set"
 fi

@@ -55,6 +55,9 @@ class ControlConfig:
     lock_expiry_s: float = 300.0
     max_body: int = MAX_BODY
     threads: int = 16
+    webhook_configuration: str = ""     # keep its caBundle (with webhook_ca_file); "" = off
+    webhook_ca_file: str = ""
+    webhook_ca_check_s: float = 60.0
     log_level: str = "info"
 
     @property
@@ -107,6 +110,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="BYTES",
                    help=f"largest request body accepted (default {MAX_BODY})")
     p.add_argument("--threads", type=int, default=16, help="HTTP worker threads (default 16)")
+    p.add_argument("--webhook-configuration", default="", metavar="NAME",
+                   help="MutatingWebhookConfiguration whose caBundle hami-control keeps equal "
+                        "to --webhook-ca-file (deploy/ leaves it out of the manifest)")
+    p.add_argument("--webhook-ca-file", default="", metavar="PATH",
+                   help="the CA certificate (PEM) that signed --tls-cert")
+    p.add_argument("--webhook-ca-check", type=float, default=60.0, metavar="SECONDS",
+                   help="how often the caBundle is checked (default 60)")
     p.add_argument("--log-level", default="info",
                    choices=("debug", "info", "warning", "error"))
     return p
@@ -207,6 +217,12 @@ def from_args(argv) -> ControlConfig:
         raise ConfigError("--threads", f"must be at least 1, got {args.threads}")
     if args.max_body < 1024:
         raise ConfigError("--max-body", f"must be at least 1024 bytes, got {args.max_body}")
+    if bool(args.webhook_configuration) != bool(args.webhook_ca_file):
+        raise ConfigError("--webhook-ca-file" if args.webhook_configuration
+                          else "--webhook-configuration",
+                          "--webhook-configuration and --webhook-ca-file go together")
+    if args.webhook_ca_file and not os.path.isfile(args.webhook_ca_file):
+        raise ConfigError("--webhook-ca-file", f"file {args.webhook_ca_file!r} does not exist")
     return ControlConfig(
         host=host, port=port, kubeconfig=args.kubeconfig, tls_cert=cert, tls_key=key,
         scheduler_name=args.scheduler_name, node_policy=args.node_scheduler_policy,
@@ -215,4 +231,6 @@ def from_args(argv) -> ControlConfig:
         track_resources=args.track_cpu_memory,
         handshake_interval_s=_positive("--handshake-interval", args.handshake_interval, True),
         lock_expiry_s=_positive("--lock-expiry", args.lock_expiry), max_body=args.max_body,
-        threads=args.threads, log_level=args.log_level)
+        threads=args.threads, log_level=args.log_level,
+        webhook_configuration=args.webhook_configuration, webhook_ca_file=args.webhook_ca_file,
+        webhook_ca_check_s=_positive("--webhook-ca-check", args.webhook_ca_check))

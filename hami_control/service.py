@@ -5,6 +5,7 @@ from datetime import timedelta
 from typing import Optional
 
 from hami_control.clock import Clock, SystemClock
+from hami_control.cluster.ca_bundle import WebhookCaBundle
 from hami_control.cluster.leader import AlwaysLeader, LeaderElector
 from hami_control.cluster.leader_label import LeaderLabel
 from hami_control.cluster.stranded import StrandedPods
@@ -78,6 +79,9 @@ class ControlPlane:
                                       self.metrics.result,
                                       leading=lambda: self.leader.is_leader), config.max_body)
         self.server: Optional[HttpServer] = None
+        self.ca_bundle = WebhookCaBundle(api, config.webhook_configuration,
+                                         config.webhook_ca_file, config.webhook_ca_check_s) \
+            if config.webhook_configuration else None
 
     def _cached_lock(self, node: str):
         info = self.sync.node_info(node)
@@ -96,6 +100,8 @@ class ControlPlane:
         if self.leader_label:       # a restarted container's pod may still carry the label
             self.leader_label(False)
         self.leader.start()
+        if self.ca_bundle:
+            self.ca_bundle.start()
         return self
 
     def stop(self) -> None:
@@ -103,6 +109,8 @@ class ControlPlane:
         if self.server is not None:
             self.server.stop()
         self.writer.close()
+        if self.ca_bundle:
+            self.ca_bundle.stop()
         self.leader.stop()
         if self.leader_label and self.leader_label.labelled is not False:
             self.leader_label(False)

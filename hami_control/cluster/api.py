@@ -98,6 +98,17 @@ class LeaseApi(Protocol):
 
 
 @runtime_checkable
+class WebhookConfigApi(Protocol):
+    """What keeps the webhook's caBundle: its MutatingWebhookConfiguration."""
+
+    def get_mutating_webhook(self, name: str) -> Optional[dict]:
+        """The MutatingWebhookConfiguration, or None."""
+
+    def json_patch_mutating_webhook(self, name: str, operations: list) -> dict:
+        """Applies a JSON patch to it; returns the new object."""
+
+
+@runtime_checkable
 class NamespaceApi(Protocol):
     """What the webhook reads: a namespace's labels."""
 

@@ -61,6 +61,7 @@ class KubeApi:
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._leases = client.CoordinationV1Api(api_client)
+        self._admission = client.AdmissionregistrationV1Api(api_client)
         self._timeout = request_timeout
         self._page_size = page_size
         self._watches: set = set()
@@ -207,6 +208,13 @@ class KubeApi:
         return self._call(self._leases.replace_namespaced_lease, name, namespace, lease)
 
     # --- NamespaceApi --------------------------------------------------------------------
+    def get_mutating_webhook(self, name: str) -> Optional[dict]:
+        return self._get(self._admission.read_mutating_webhook_configuration, name)
+
+    def json_patch_mutating_webhook(self, name: str, operations: list) -> dict:
+        return self._call(self._admission.patch_mutating_webhook_configuration, name,
+                          operations, _content_type=JSON_PATCH)
+
     def get_namespace(self, name: str) -> Optional[dict]:
         return self._get(self._core.read_namespace, name)
 

@@ -2,6 +2,7 @@
 client's models, no field lost on the way back), the pieces agree with each other and with
 hami-control (routes, flags, RBAC for every call it makes), and the certificate script works."""
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -132,7 +133,9 @@ def test_deployment_agrees_with_service_and_flags():
 NEEDED = [("", "nodes", v) for v in ("get", "list", "watch", "patch")] + \
     [("", "pods", v) for v in ("get", "list", "watch", "patch")] + \
     [("", "bindings", "create"), ("", "events", "create"), ("", "namespaces", "get")] + \
-    [("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")]
+    [("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")] + \
+    [("admissionregistration.k8s.io", "mutatingwebhookconfigurations", v)
+     for v in ("get", "patch")]
 
 
 def _allows(rules, group, resource, verb) -> bool:
@@ -167,3 +170,19 @@ def test_no_system_priority_class_outside_kube_system():
     name = deployment["spec"]["template"]["spec"]["priorityClassName"]
     assert not name.startswith("system-"), "system-* classes are for kube-system"
     assert name in [p["metadata"]["name"] for p in _by_kind("PriorityClass")]
+
+
+def test_the_webhook_fails_closed_only_for_pods_asking_for_our_resources():
+    (hook,) = _by_kind("MutatingWebhookConfiguration")[0]["webhooks"]
+    assert hook["failurePolicy"] == "Fail"
+    # Kept by hami-control, outside the manifest: re-applying deploy/ must not empty it.
+    assert "caBundle" not in hook["clientConfig"]
+    (condition,) = hook["matchConditions"]
+    named = set(re.findall(r"'(nvidia\.com/[\w-]+)'", condition["expression"]))
+    assert named == set(C.GPU_RESOURCES)
+    (deployment,) = _by_kind("Deployment")
+    control = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    args = parser().parse_args(control["hami-control"]["args"])
+    assert args.webhook_configuration == _by_kind("MutatingWebhookConfiguration")[0][
+        "metadata"]["name"]
+    assert args.webhook_ca_file.startswith("/etc/hami-control/tls/")

@@ -4,7 +4,7 @@ answer for one container (environment, mounts, device nodes) and the annotation 
 No I/O here; `allocator.py` finds the pod, writes the annotations and the shared directories.
 """
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from hami_common import pod_devices
 from hami_common.constants import ANNO_DEVICES_TO_ALLOCATE, RESOURCE_PRIORITY
@@ -14,7 +14,10 @@ from hami_node.plugin.devices import DeviceTable, parse_virtual_id
 from hami_node.plugin.errors import AllocationError
 from hami_node.shim import ShimError, ShimSettings
 
-CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+CONTROL_DEVICE = "/dev/nvidiactl"
+# Created on first use (nvidia-modprobe), so possibly absent: a device spec whose host path is
+# missing makes the runtime fail the container, so they are passed only when present.
+UVM_DEVICES = ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
 
 @dataclass(frozen=True)
@@ -197,8 +200,10 @@ def build_envs(per_device: Sequence, limits: Limits, priority: Optional[int]) ->
 
 
 def plan_container(kubelet_ids: Sequence[str], entry: Sequence, spec: Mapping, pod_uid: str,
-                   table: DeviceTable, limits: Limits, layout: L.HostLayout) -> ContainerAnswer:
-    """The whole answer for one container; AllocationError says what to fix."""
+                   table: DeviceTable, limits: Limits, layout: L.HostLayout,
+                   present: Callable[[str], bool] = lambda path: True) -> ContainerAnswer:
+    """The whole answer for one container; AllocationError says what to fix. `present`: whether
+    a device node exists on the host (the allocator asks the file system)."""
     name = str(spec.get("name", ""))
     warnings = check_devices(kubelet_ids, entry, table, name, limits)
     shared = layout.container_dir(pod_uid, name)
@@ -206,7 +211,8 @@ def plan_container(kubelet_ids: Sequence[str], entry: Sequence, spec: Mapping, p
               Mount(L.CONTAINER_SHARED_DIR, str(shared), False)]
     if not _disables_shim(spec):
         mounts.append(Mount(L.PRELOAD_PATH, str(layout.preload), True))
-    devices = [DeviceNode(p, p) for p in CONTROL_DEVICES]
+    devices = [DeviceNode(p, p) for p in (CONTROL_DEVICE,) + UVM_DEVICES
+               if p == CONTROL_DEVICE or present(p)]
     devices += [DeviceNode(f"/dev/nvidia{table.get(d.uuid).gpu.minor}",
                            f"/dev/nvidia{table.get(d.uuid).gpu.minor}") for d in entry]
     per_device = device_limits(entry, table, limits)

@@ -15,6 +15,7 @@ concurrent change makes it start over). Failure: nothing of the answer is kept (
 directories removed, no entry consumed), `bind-phase: failed`, the lock released, a Warning
 event on the pod, and a gRPC error whose message says what to fix.
 """
+import os
 import threading
 import time
 from typing import Callable, Optional, Sequence
@@ -78,8 +79,10 @@ class Allocator:
     def __init__(self, cluster: ClusterApi, table: DeviceTable, node_name: str, limits: Limits,
                  layout: L.HostLayout, *, clock: Callable[[], float] = time.time,
                  log: Callable[[str], None] = print,
-                 observe: Optional[Callable[[str, float], None]] = None):
+                 observe: Optional[Callable[[str, float], None]] = None,
+                 device_present: Callable[[str], bool] = os.path.exists):
         self.cluster, self.table, self.node = cluster, table, node_name
+        self.device_present = device_present
         self.limits, self.layout = limits, layout
         self.clock, self.log = clock, log
         self.observe = observe or (lambda result, seconds: None)
@@ -218,7 +221,8 @@ class Allocator:
         specs = pod_containers(pod)
         uid = _meta(pod).get("uid", "")
         return [plan_container(ids, entries[p], specs[p], uid, self.table, self.limits,
-                               self.layout) for ids, p in zip(requests, positions)]
+                               self.layout, self.device_present)
+                for ids, p in zip(requests, positions)]
 
     def _prepare(self, pod: dict, answers: Sequence[ContainerAnswer]) -> None:
         meta = _meta(pod)

@@ -109,6 +109,9 @@ KEYS = (
     Key("disableCoreLimit", "bool", False, "tell the shim not to limit compute "
         "(GPU_CORE_UTILIZATION_POLICY=disable)"),
     Key("excludeDevices", "list", (), "GPUs not to advertise, by UUID or index"),
+    Key("numaTopology", "bool", False, "tell kubelet each GPU's NUMA node (off: with the "
+        "topology manager's single-numa-node or restricted policy kubelet would refuse pods "
+        "whose CPUs and GPU slices sit on different NUMA nodes, which a slice does not need)"),
     Key("devicePluginDir", "str", "/var/lib/kubelet/device-plugins",
         "kubelet's device plugin directory"),
     Key("kubeconfig", "str", "", "kubeconfig file; empty: in-cluster service account",
@@ -140,6 +143,7 @@ class NodeConfig:
     default_cores: int = 0
     disable_core_limit: bool = False
     exclude_devices: tuple = ()
+    numa_topology: bool = False
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     kubeconfig: str = ""
     shim_host_dir: str = "/usr/local/vgpu"

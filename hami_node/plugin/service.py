@@ -14,12 +14,13 @@ from hami_node.plugin.errors import AllocationError, ClusterError
 STREAM_POLL_S = 0.5   # how often an idle ListAndWatch checks that kubelet is still listening
 
 
-def device_list(table: DeviceTable) -> api_pb2.ListAndWatchResponse:
-    """Every virtual device with its health and NUMA node."""
+def device_list(table: DeviceTable, numa: bool = False) -> api_pb2.ListAndWatchResponse:
+    """Every virtual device with its health, and its NUMA node when `numa` (numaTopology)."""
     return api_pb2.ListAndWatchResponse(devices=[
         api_pb2.Device(ID=vid, health=HEALTHY if healthy else UNHEALTHY,
-                       topology=api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=numa)]))
-        for vid, healthy, numa in table.virtual_devices()])
+                       topology=api_pb2.TopologyInfo(nodes=[api_pb2.NUMANode(ID=node)])
+                       if numa else None)
+        for vid, healthy, node in table.virtual_devices()])
 
 
 def container_response(answer: ContainerAnswer) -> api_pb2.ContainerAllocateResponse:
@@ -36,8 +37,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     """kubelet's view of this node's GPUs."""
 
     def __init__(self, table: DeviceTable, allocator: Allocator,
-                 log: Callable[[str], None] = print):
-        self.table, self.allocator, self.log = table, allocator, log
+                 log: Callable[[str], None] = print, numa: bool = False):
+        self.table, self.allocator, self.log, self.numa = table, allocator, log, numa
         self.stopping = threading.Event()
 
     def GetDevicePluginOptions(self, request, context):  # noqa: N802 (gRPC method names)
@@ -50,7 +51,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             version = self.table.version
             if version != seen:
                 seen = version
-                yield device_list(self.table)
+                yield device_list(self.table, self.numa)
             self.table.wait_change(seen, STREAM_POLL_S)
 
     def GetPreferredAllocation(self, request, context):  # noqa: N802

@@ -195,3 +195,19 @@ def test_values_the_shim_would_refuse_are_refused_at_allocate(tmp_path):
     with pytest.raises(AllocationError, match="CUDA_TASK_PRIORITY='5000'"):
         plan_container([f"{A}-0"], [ContainerDevice(A, 10, 10)], spec, "u1", table(), LIMITS,
                        HostLayout(tmp_path))
+
+
+def test_uvm_device_nodes_only_when_the_host_has_them(tmp_path):
+    spec = {"name": "main"}
+    answer = plan_container([f"{A}-0"], [ContainerDevice(A, 10, 10)], spec, "u1", table(),
+                            LIMITS, HostLayout(tmp_path),
+                            present=lambda path: path == "/dev/nvidia-uvm")
+    assert [d.host_path for d in answer.devices] == ["/dev/nvidiactl", "/dev/nvidia-uvm",
+                                                    "/dev/nvidia0"]
+
+
+@pytest.mark.parametrize("numa", [False, True], ids=["default-no-topology", "numaTopology"])
+def test_numa_topology_is_advertised_only_when_asked(numa):
+    from hami_node.plugin.service import device_list
+    devices = device_list(table(), numa).devices
+    assert devices and all(d.HasField("topology") == numa for d in devices)

@@ -5,6 +5,7 @@ in its first log line and exits non-zero.
 """
 import argparse
 import os
+import re
 import socket
 from dataclasses import dataclass, field
 from typing import Optional
@@ -55,6 +56,7 @@ class ControlConfig:
     lock_expiry_s: float = 300.0
     max_body: int = MAX_BODY
     threads: int = 16
+    runtime_class: str = ""             # set on GPU pods that name none; "" = leave it
     webhook_configuration: str = ""     # keep its caBundle (with webhook_ca_file); "" = off
     webhook_ca_file: str = ""
     webhook_ca_check_s: float = 60.0
@@ -110,6 +112,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="BYTES",
                    help=f"largest request body accepted (default {MAX_BODY})")
     p.add_argument("--threads", type=int, default=16, help="HTTP worker threads (default 16)")
+    p.add_argument("--runtime-class", default="", metavar="NAME",
+                   help="runtimeClassName the webhook sets on GPU pods that name none (e.g. "
+                        "nvidia, where the GPU Operator runs in CDI mode and containers rely on "
+                        "NVIDIA_VISIBLE_DEVICES); default: leave pods as they are")
     p.add_argument("--webhook-configuration", default="", metavar="NAME",
                    help="MutatingWebhookConfiguration whose caBundle hami-control keeps equal "
                         "to --webhook-ca-file (deploy/ leaves it out of the manifest)")
@@ -178,6 +184,14 @@ def _lease(args) -> LeaseConfig:
                        duration, renew, retry, args.leader_pod)
 
 
+def _dns_label(key: str, value: str) -> str:
+    """A DNS subdomain name (what a RuntimeClass is called), or empty."""
+    if value and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value):
+        raise ConfigError(key, f"{value!r} is not a valid RuntimeClass name (lower-case "
+                               "letters, digits, '-' and '.')")
+    return value
+
+
 def _tls(args) -> tuple:
     if bool(args.tls_cert) != bool(args.tls_key):
         missing = "--tls-key" if args.tls_cert else "--tls-cert"
@@ -232,5 +246,6 @@ def from_args(argv) -> ControlConfig:
         handshake_interval_s=_positive("--handshake-interval", args.handshake_interval, True),
         lock_expiry_s=_positive("--lock-expiry", args.lock_expiry), max_body=args.max_body,
         threads=args.threads, log_level=args.log_level,
+        runtime_class=_dns_label("--runtime-class", args.runtime_class),
         webhook_configuration=args.webhook_configuration, webhook_ca_file=args.webhook_ca_file,
         webhook_ca_check_s=_positive("--webhook-ca-check", args.webhook_ca_check))

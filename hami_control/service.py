@@ -73,7 +73,7 @@ class ControlPlane:
                                 synced=lambda: self.sync.synced, writer=self.writer,
                                 asked_no_gpu=self.filter.asked_no_gpu)
         self.webhook = Webhook(config.scheduler_name, config.defaults,
-                               NamespaceLabels(api, clock))
+                               NamespaceLabels(api, clock), config.runtime_class)
         self.app = make_app(Endpoints(self.webhook, self.filter, self.bind, self.healthz,
                                       self.readyz, self.metrics.render, self.metrics.observe,
                                       self.metrics.result,

@@ -6,7 +6,8 @@ Rules, in order (HAMi's, with its defaults):
 2. denied, with what to change: a pod that already names a node (spec.nodeName), a privileged
    container asking for GPU slices, values out of range (negative, over 100 %, not whole
    numbers, memory and percentage together), an unknown scheduling policy annotation;
-3. otherwise allowed with a JSON patch: `schedulerName`, and `nvidia.com/gpu` (the default
+3. otherwise allowed with a JSON patch: `schedulerName`, `runtimeClassName` when one is
+   configured (--runtime-class) and the pod names none, and `nvidia.com/gpu` (the default
    count) on containers that give memory or cores without a count.
 Answered in the AdmissionReview version it was asked in (admission.k8s.io/v1 or v1beta1).
 """
@@ -66,9 +67,10 @@ class Webhook:
 
     def __init__(self, scheduler_name: str = C.SCHEDULER_NAME,
                  defaults: RequestDefaults = RequestDefaults(),
-                 namespace_labels: Callable[[str], Mapping] = lambda name: {}):
+                 namespace_labels: Callable[[str], Mapping] = lambda name: {},
+                 runtime_class: str = ""):
         self.scheduler_name, self.defaults = scheduler_name, defaults
-        self.namespace_labels = namespace_labels
+        self.namespace_labels, self.runtime_class = namespace_labels, runtime_class
 
     def __call__(self, body) -> dict:
         version, request = self._parse(body)
@@ -155,6 +157,9 @@ class Webhook:
 
     def _patch(self, spec: Mapping, asking) -> list:
         ops = [{"op": "add", "path": "/spec/schedulerName", "value": self.scheduler_name}]
+        if self.runtime_class and not spec.get("runtimeClassName"):
+            ops.append({"op": "add", "path": "/spec/runtimeClassName",
+                        "value": self.runtime_class})
         for path, ctr in asking:
             resources = _resources(ctr)
             limits = resources.get("limits") if isinstance(resources.get("limits"),

@@ -49,6 +49,7 @@ class ContainerAnswer:
     shared_dir: str = ""
     limits: tuple = ()      # (GPU UUID, memory MiB, SM percent) per visible device
     warnings: tuple = field(default=(), compare=False)
+    cdi_devices: tuple = ()  # fully qualified CDI names ("nvidia.com/gpu=GPU-...")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,10 @@ class Limits:
     default_cores: int = 0
     disable_core_limit: bool = False
     resource: str = "nvidia.com/gpu"
+    # CDI kind of the node's NVIDIA CDI spec (nvidia-ctk's "nvidia.com/gpu"); empty: no CDI.
+    # With it, the runtime injects device nodes and driver files from the spec, so the answer
+    # names the GPUs as CDI devices instead of listing device nodes itself.
+    cdi_kind: str = ""
 
 
 def pod_containers(pod: Mapping) -> list:
@@ -211,15 +216,20 @@ def plan_container(kubelet_ids: Sequence[str], entry: Sequence, spec: Mapping, p
               Mount(L.CONTAINER_SHARED_DIR, str(shared), False)]
     if not _disables_shim(spec):
         mounts.append(Mount(L.PRELOAD_PATH, str(layout.preload), True))
-    devices = [DeviceNode(p, p) for p in (CONTROL_DEVICE,) + UVM_DEVICES
-               if p == CONTROL_DEVICE or present(p)]
-    devices += [DeviceNode(f"/dev/nvidia{table.get(d.uuid).gpu.minor}",
-                           f"/dev/nvidia{table.get(d.uuid).gpu.minor}") for d in entry]
+    if limits.cdi_kind:
+        devices = []
+        cdi = tuple(f"{limits.cdi_kind}={d.uuid}" for d in entry)
+    else:
+        devices = [DeviceNode(p, p) for p in (CONTROL_DEVICE,) + UVM_DEVICES
+                   if p == CONTROL_DEVICE or present(p)]
+        devices += [DeviceNode(f"/dev/nvidia{table.get(d.uuid).gpu.minor}",
+                               f"/dev/nvidia{table.get(d.uuid).gpu.minor}") for d in entry]
+        cdi = ()
     per_device = device_limits(entry, table, limits)
     envs = build_envs(per_device, limits, _priority(spec))
     return ContainerAnswer(container=name, envs=envs, mounts=tuple(mounts),
                            devices=tuple(devices), shared_dir=str(shared), limits=per_device,
-                           warnings=warnings)
+                           warnings=warnings, cdi_devices=cdi)
 
 
 def preferred_devices(available: Sequence[str], must_include: Sequence[str], size: int,

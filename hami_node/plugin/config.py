@@ -50,6 +50,12 @@ def _resource_name(value: str):
     return None
 
 
+def _cdi_kind(value: str):
+    if value and not _RESOURCE.match(value):
+        return "must be a CDI kind vendor.domain/class (e.g. nvidia.com/gpu) or empty"
+    return None
+
+
 def _address(value: str):
     if value == "":
         return None
@@ -109,6 +115,9 @@ KEYS = (
     Key("disableCoreLimit", "bool", False, "tell the shim not to limit compute "
         "(GPU_CORE_UTILIZATION_POLICY=disable)"),
     Key("excludeDevices", "list", (), "GPUs not to advertise, by UUID or index"),
+    Key("cdiKind", "str", "", "CDI kind of the node's NVIDIA CDI spec (e.g. nvidia.com/gpu, as "
+        "nvidia-ctk cdi generate names it): Allocate then names each GPU as a CDI device "
+        "instead of listing device nodes; empty: no CDI", _cdi_kind),
     Key("numaTopology", "bool", False, "tell kubelet each GPU's NUMA node (off: with the "
         "topology manager's single-numa-node or restricted policy kubelet would refuse pods "
         "whose CPUs and GPU slices sit on different NUMA nodes, which a slice does not need)"),
@@ -144,6 +153,7 @@ class NodeConfig:
     disable_core_limit: bool = False
     exclude_devices: tuple = ()
     numa_topology: bool = False
+    cdi_kind: str = ""
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     kubeconfig: str = ""
     shim_host_dir: str = "/usr/local/vgpu"

@@ -64,7 +64,8 @@ class NodeAgent:
         c = self.config
         return Limits(split=c.device_split_count, memory_scaling=c.device_memory_scaling,
                       default_memory=c.default_memory, default_cores=c.default_cores,
-                      disable_core_limit=c.disable_core_limit, resource=c.resource_name)
+                      disable_core_limit=c.disable_core_limit, resource=c.resource_name,
+                      cdi_kind=c.cdi_kind)
 
     def _serve_metrics(self, table: DeviceTable) -> None:
         if not self.config.metrics_address:

@@ -30,7 +30,8 @@ def container_response(answer: ContainerAnswer) -> api_pb2.ContainerAllocateResp
         mounts=[api_pb2.Mount(container_path=m.container_path, host_path=m.host_path,
                               read_only=m.read_only) for m in answer.mounts],
         devices=[api_pb2.DeviceSpec(container_path=d.container_path, host_path=d.host_path,
-                                    permissions=d.permissions) for d in answer.devices])
+                                    permissions=d.permissions) for d in answer.devices],
+        cdi_devices=[api_pb2.CDIDevice(name=name) for name in answer.cdi_devices])
 
 
 class DevicePluginService(api_pb2_grpc.DevicePluginServicer):

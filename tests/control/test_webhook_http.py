@@ -137,3 +137,17 @@ def test_a_slow_api_server_does_not_make_the_webhook_time_out(control, core_v1, 
         apiserver.clear_faults()
     # Answered inside the 10 s webhook timeout of deploy/, with the labels last seen.
     assert response["allowed"] and response.get("patch") and took < 4.5
+
+
+def test_the_runtime_class_is_set_when_configured_and_the_pod_names_none(apiserver):
+    from ctlhelpers import start_plane
+    control = start_plane(apiserver, "--runtime-class", "nvidia")
+    try:
+        ops = _patch(control.client.review(gpu_pod("p", GPU)))
+        assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"} in ops
+        own = gpu_pod("q", GPU)
+        own["spec"]["runtimeClassName"] = "kata"
+        assert all(op["path"] != "/spec/runtimeClassName"
+                   for op in _patch(control.client.review(own)))
+    finally:
+        control.stop()

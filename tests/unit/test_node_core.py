@@ -71,7 +71,8 @@ def test_node_name_from_the_file_selects_its_override():
     ({"ignored_xids": "13,x"}, "ignoredXids"),
     ({"resource_name": "kubernetes.io/gpu"}, "resourceName"),
     ({"annotation_interval": "-1"}, "annotationInterval"),
-], ids=["int", "scaling", "cores", "xids", "reserved-domain", "interval"])
+    ({"cdi_kind": "gpu"}, "cdiKind"),
+], ids=["int", "scaling", "cores", "xids", "reserved-domain", "interval", "cdi-kind"])
 def test_invalid_values_name_the_key(flags, key):
     with pytest.raises(ConfigError) as info:
         resolve(flags)
@@ -211,3 +212,16 @@ def test_numa_topology_is_advertised_only_when_asked(numa):
     from hami_node.plugin.service import device_list
     devices = device_list(table(), numa).devices
     assert devices and all(d.HasField("topology") == numa for d in devices)
+
+
+def test_with_cdi_the_gpus_are_named_as_cdi_devices(tmp_path):
+    from hami_node.plugin.service import container_response
+    limits = Limits(split=4, cdi_kind="nvidia.com/gpu")
+    answer = plan_container([f"{B}-0", f"{A}-3"], [ContainerDevice(B, 3000, 30),
+                                                   ContainerDevice(A, 1000, 10)],
+                            {"name": "main"}, "u1", table(), limits, HostLayout(tmp_path))
+    message = container_response(answer)
+    assert [d.name for d in message.cdi_devices] == [f"nvidia.com/gpu={B}", f"nvidia.com/gpu={A}"]
+    assert not message.devices          # the CDI spec brings the device nodes
+    assert message.envs["NVIDIA_VISIBLE_DEVICES"] == f"{B},{A}"
+    assert "/etc/ld.so.preload" in [m.container_path for m in message.mounts]

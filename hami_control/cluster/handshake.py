@@ -1,9 +1,11 @@
-"""HAMi's node handshake: the scheduler writes `hami.io/node-handshake: Requesting_<time>`, the
-node agent answers `Reported_<time>` when it publishes its GPUs. A node whose agent left a
-request unanswered for 60 s *and* on which kubelet offers no GPU any more is treated as gone.
-
-Both conditions are required: an agent that never answers (an older or a minimal one) must not
-make a healthy node vanish, and allocatable GPUs alone can lag behind a dead agent.
+"""HAMi's node handshake, in its current one-write form: the scheduler owns the annotation and
+stamps `hami.io/node-handshake: Requesting_<its own time>` only when it is absent or says
+something else (an older agent's `Reported_...`); the node agent never writes it. So a node
+costs one handshake write, not two Node updates a minute. A node whose request is older than
+60 s *and* on which kubelet offers no GPU any more is treated as gone: the age alone says
+nothing (nobody answers), while kubelet's allocatable falls to zero when the agent's device
+plugin is gone. An older agent that still answers `Reported_` is stamped over each time it
+does, so with it the annotation alternates as before; with ours it is written once.
 """
 import logging
 from dataclasses import dataclass
@@ -49,7 +51,7 @@ class NodeHealth:
             and self.allocatable == 0
 
     def needs_request(self) -> bool:
-        """Whether the scheduler should ask again (the agent answered, or nobody asked yet)."""
+        """Whether the scheduler stamps it (absent, or not a request of ours)."""
         return self.handshake is None or self.handshake.state != H.REQUESTING
 
 

@@ -1,18 +1,17 @@
 """The node annotation publisher and the agent's periodic housekeeping.
 
 Every `interval` seconds, and at once when a GPU's health changes, it reads the Node and patches
-only what differs: `hami.io/node-nvidia-register` (HAMi's JSON list, health included) and the
-handshake (`Reported_<time>` in answer to the scheduler's `Requesting_<time>`). The same loop
-releases stale node locks and removes the shared directories of pods that left the node.
+`hami.io/node-nvidia-register` (HAMi's JSON list, health included) when it differs. The handshake
+is the scheduler's alone (HAMi's current scheme: one write per node, see
+hami_control/cluster/handshake.py), so the agent never writes it. The same loop releases stale
+node locks and removes the shared directories of pods that left the node.
 """
 import threading
 import time
-from datetime import datetime, timezone
 from typing import Callable, Optional
 
-from hami_common import handshake, node_register
-from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_REGISTER
-from hami_common.errors import HamiFormatError
+from hami_common import node_register
+from hami_common.constants import ANNO_NODE_REGISTER
 from hami_node.plugin import layout as L
 from hami_node.plugin.cluster import ClusterApi
 from hami_node.plugin.devices import DeviceTable, register_entries
@@ -20,16 +19,6 @@ from hami_node.plugin.errors import ClusterError
 
 ORPHAN_GRACE_S = 60.0   # a shared directory younger than this is never collected
 RETRY_S = 2.0           # after a failed publish, try again this soon
-
-
-def wants_answer(value: Optional[str]) -> bool:
-    """Whether the handshake annotation asks the agent to report (or has no report yet)."""
-    if not value:
-        return True
-    try:
-        return handshake.decode(value).state != handshake.REPORTED
-    except HamiFormatError:
-        return True
 
 
 class NodePublisher:
@@ -63,10 +52,6 @@ class NodePublisher:
         want = self.desired()
         if current.get(ANNO_NODE_REGISTER) != want:
             patch[ANNO_NODE_REGISTER] = want
-        if wants_answer(current.get(ANNO_NODE_HANDSHAKE)):
-            when = datetime.fromtimestamp(self.clock(), timezone.utc)
-            patch[ANNO_NODE_HANDSHAKE] = handshake.encode(
-                handshake.Handshake(handshake.REPORTED, when))
         if patch:
             self.cluster.patch_node_annotations(self.node, patch)
             self.on_patch()

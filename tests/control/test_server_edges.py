@@ -5,6 +5,7 @@ import json
 import ssl
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -106,6 +107,9 @@ def test_handshake_written_and_stale_nodes_drop_out(core_v1, apiserver):
         value = eventually(lambda: (core_v1.read_node("n1").metadata.annotations or {}).get(
             C.ANNO_NODE_HANDSHAKE))
         assert value.startswith("Requesting_")
+        version = core_v1.read_node("n1").metadata.resource_version
+        time.sleep(1.1)                    # five handshake periods: written once, not again
+        assert core_v1.read_node("n1").metadata.resource_version == version
         old = datetime.now(timezone.utc) - timedelta(seconds=90)
         stale = handshake.encode(handshake.Handshake(handshake.REQUESTING, old))
         core_v1.patch_node("n1", {"metadata": {"annotations": {C.ANNO_NODE_HANDSHAKE: stale}}})

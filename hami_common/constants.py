@@ -47,6 +47,8 @@ LABEL_WEBHOOK = "hami.io/webhook"
 LABEL_WEBHOOK_IGNORE = "ignore"
 # On the hami-control pod that holds the Lease; the extender's Service selects on it.
 LABEL_CONTROL_LEADER = "hami.io/control-leader"
+# The chosen node as a pod label too, as HAMi sets it (its monitor lists pods by it).
+LABEL_VGPU_NODE = "hami.io/vgpu-node"
 
 SCHEDULER_NAME = "hami-scheduler"
 DEVICE_VENDOR = "NVIDIA"

@@ -57,8 +57,10 @@ class PodNodeApi(Protocol):
         """The pod, or None when it does not exist."""
 
     def patch_pod_annotations(self, namespace: str, name: str,
-                              annotations: Mapping[str, Optional[str]]) -> dict:
-        """Merge-patches the pod's annotations (None removes one); returns the new pod."""
+                              annotations: Mapping[str, Optional[str]],
+                              labels: Optional[Mapping[str, Optional[str]]] = None) -> dict:
+        """Merge-patches the pod's annotations, and labels when given (None removes one);
+        returns the new pod."""
 
     def patch_pod_labels(self, namespace: str, name: str,
                          labels: Mapping[str, Optional[str]]) -> dict:

@@ -161,10 +161,13 @@ class KubeApi:
         return self._get(self._core.read_namespaced_pod, name, namespace)
 
     def patch_pod_annotations(self, namespace: str, name: str,
-                              annotations: Mapping[str, Optional[str]]) -> dict:
+                              annotations: Mapping[str, Optional[str]],
+                              labels: Optional[Mapping[str, Optional[str]]] = None) -> dict:
+        meta = {"annotations": dict(annotations)}
+        if labels:
+            meta["labels"] = dict(labels)
         return self._call(self._core.patch_namespaced_pod, name, namespace,
-                          {"metadata": {"annotations": dict(annotations)}},
-                          _content_type=MERGE_PATCH)
+                          {"metadata": meta}, _content_type=MERGE_PATCH)
 
     def patch_pod_labels(self, namespace: str, name: str,
                          labels: Mapping[str, Optional[str]]) -> dict:

@@ -145,7 +145,9 @@ class FilterHandler:
     def _write(self, request, placement, changes: dict) -> Optional[str]:
         """Writes the decision onto the pod: None, or what went wrong (then rolled back)."""
         try:
-            pod = self.api.patch_pod_annotations(request.namespace, request.name, changes)
+            pod = self.api.patch_pod_annotations(
+                request.namespace, request.name, changes,
+                {C.LABEL_VGPU_NODE: changes.get(C.ANNO_VGPU_NODE)})
         except ApiError as e:
             self.state.rollback(request.key, placement)
             log.warning("filter %s: writing its annotations failed: %s", request.key, e)

@@ -126,6 +126,7 @@ def test_bind_records_phase_and_binds(core_v1, control, two_nodes):
     assert stored["spec"]["nodeName"] == node
     assert annos[C.ANNO_BIND_PHASE] == "allocating" and annos[C.ANNO_BIND_TIME].isdigit()
     assert annos[C.ANNO_VGPU_NODE] == node
+    assert stored["metadata"]["labels"][C.LABEL_VGPU_NODE] == node     # as HAMi labels it
     assert annos[C.ANNO_DEVICES_TO_ALLOCATE] == annos[C.ANNO_DEVICES_ALLOCATED]
     lock = core_v1.read_node(node).metadata.annotations[C.ANNO_NODE_LOCK]
     assert lock.endswith(",default,p")

@@ -72,3 +72,6 @@ class DeviceBackend(Protocol):
 
     def process_utilization(self, uuid: str) -> dict:
         """pid -> SM utilization percent over the last sample period, for one GPU."""
+
+    def process_memory(self, uuid: str) -> dict:
+        """Host pid -> device memory in bytes as the driver counts it, for one GPU."""

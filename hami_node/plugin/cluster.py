@@ -41,6 +41,9 @@ class ClusterApi(Protocol):
     def create_event(self, obj: dict, reason: str, message: str, warning: bool = True) -> None:
         """Records an Event about a Pod or Node."""
 
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """Evicts the pod through the Eviction API (disruption budgets apply)."""
+
 
 def _annotation_patch(annotations: dict, resource_version: Optional[str]) -> dict:
     meta = {"annotations": annotations}
@@ -117,6 +120,14 @@ class KubeCluster:
                 "source": {"component": "hami-node"}, "firstTimestamp": now,
                 "lastTimestamp": now, "count": 1}
         self._call(f"create event {reason}", self._v1.create_namespaced_event, namespace, body)
+
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """POST pods/eviction."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace}}
+        self._call(f"evict pod {namespace}/{name}", self._v1.create_namespaced_pod_eviction,
+                   name, namespace, body)
 
 
 def _reason(e) -> str:

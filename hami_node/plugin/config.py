@@ -115,6 +115,11 @@ KEYS = (
     Key("disableCoreLimit", "bool", False, "tell the shim not to limit compute "
         "(GPU_CORE_UTILIZATION_POLICY=disable)"),
     Key("excludeDevices", "list", (), "GPUs not to advertise, by UUID or index"),
+    Key("overCapCheckSeconds", "float", 10.0, "how often the driver's per-process memory is "
+        "compared with each container's cap, catching processes that bypass the shim (0: never)",
+        _at_least(0, 3600)),
+    Key("evictOverCap", "bool", False, "evict a pod whose container exceeds its GPU memory cap "
+        "by the driver's count (off: a Warning Event, a metric and a log line only)"),
     Key("cdiKind", "str", "", "CDI kind of the node's NVIDIA CDI spec (e.g. nvidia.com/gpu, as "
         "nvidia-ctk cdi generate names it): Allocate then names each GPU as a CDI device "
         "instead of listing device nodes; empty: no CDI", _cdi_kind),
@@ -154,6 +159,8 @@ class NodeConfig:
     exclude_devices: tuple = ()
     numa_topology: bool = False
     cdi_kind: str = ""
+    over_cap_check_seconds: float = 10.0
+    evict_over_cap: bool = False
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     kubeconfig: str = ""
     shim_host_dir: str = "/usr/local/vgpu"

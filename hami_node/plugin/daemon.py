@@ -14,6 +14,7 @@ from hami_node.plugin.errors import NodeAgentError
 from hami_node.plugin.health import HealthMonitor
 from hami_node.plugin.layout import HostLayout
 from hami_node.plugin.metrics import AgentMetrics, NodeCollector, UsageReader, serve
+from hami_node.plugin.overcap import OverCapWatch
 from hami_node.plugin.publisher import NodePublisher
 from hami_node.plugin.registration import PluginServer
 from hami_node.plugin.sdnotify import Notifier
@@ -109,6 +110,11 @@ class NodeAgent:
             on_patch=self.metrics.annotation_patches.inc).start()
         self._parts = [("health monitor", self.health), ("kubelet registration", self.server),
                        ("node annotation publisher", self.publisher)]
+        if c.over_cap_check_seconds:
+            self._parts.append(("over-cap check", OverCapWatch(
+                self.backend, self.cluster, c.node_name, c.over_cap_check_seconds,
+                evict=c.evict_over_cap, on_round=self.metrics.observe_over_cap,
+                log=self.log).start()))
         self.metrics.up.set(1)
         self.notifier.ready(f"serving {len(table.gpus)} GPU(s) x {c.device_split_count}")
         return self

@@ -166,6 +166,16 @@ class AgentMetrics:
                                           "Node annotation patches (only when changed)",
                                           registry=r)
         self.up = Gauge("hami_node_up", "1 while the agent serves kubelet", registry=r)
+        self.over_cap = Gauge("hami_container_memory_over_cap_bytes",
+                              "GPU memory a container uses over its cap, by the driver's count "
+                              "(processes that bypass the shim)",
+                              ["podnamespace", "podname", "ctrname", "deviceuuid"], registry=r)
+
+    def observe_over_cap(self, offenders) -> None:
+        """The containers over their caps in the latest check (others are cleared)."""
+        self.over_cap.clear()
+        for o in offenders:
+            self.over_cap.labels(o.namespace, o.pod, o.container, o.gpu).set(o.used - o.cap)
 
     def observe_allocate(self, result: str, seconds: float) -> None:
         """Counts one Allocate."""

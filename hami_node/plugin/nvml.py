@@ -156,6 +156,17 @@ class NvmlBackend:
                 continue  # an unanswering GPU has no figures; its health says why
         return out
 
+    def process_memory(self, uuid: str) -> dict:
+        """Host pid -> bytes from NVML's running compute processes; BackendError when the GPU
+        cannot say."""
+        nvml = self._nvml
+        self._init()
+        try:
+            processes = nvml.nvmlDeviceGetComputeRunningProcesses(self._handle(uuid))
+        except nvml.NVMLError as e:
+            raise BackendError(f"GPU {uuid}: cannot list its processes: {e}") from e
+        return {int(p.pid): int(p.usedGpuMemory or 0) for p in processes}
+
     def process_utilization(self, uuid: str) -> dict:
         """pid -> SM percent from NVML's per-process samples (the newest per pid); empty when
         the GPU has none or cannot say."""

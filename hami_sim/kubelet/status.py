@@ -2,11 +2,18 @@
 events. Failed writes are logged and retried on the next sync."""
 from __future__ import annotations
 
+import hashlib
 import time
 
 from kubernetes.client.rest import ApiException
 
 from hami_sim.apiserver.strategy import rfc3339
+
+
+def container_id(pod_uid: str, name: str) -> str:
+    """A container's ID as a real kubelet reports it (`<runtime>://<64 hex digits>`), stable
+    per pod and container, so node agents can map cgroups to containers as on a real node."""
+    return "containerd://" + hashlib.sha256(f"{pod_uid}/{name}".encode()).hexdigest()
 
 
 class StatusWriter:
@@ -35,8 +42,10 @@ class StatusWriter:
         """Marks an admitted pod Running with every container started."""
         spec = pod.get("spec", {})
         now = rfc3339(time.time())
+        uid = pod["metadata"].get("uid", "")
         statuses = [{"name": c["name"], "ready": True, "started": True, "restartCount": 0,
                      "image": c.get("image", ""), "imageID": "",
+                     "containerID": container_id(uid, c["name"]),
                      "state": {"running": {"startedAt": now}}}
                     for c in spec.get("containers", [])]
         conditions = [{"type": t, "status": "True", "lastTransitionTime": now}

@@ -53,6 +53,9 @@ class FakeBackend:
     def process_utilization(self, uuid):
         return {11: 20, 12: 13, 99: 50} if uuid == B else {}
 
+    def process_memory(self, uuid):
+        return {11: 3 << 20} if uuid == B else {}
+
 
 class Clock:
     def __init__(self):
@@ -158,7 +161,7 @@ class FakeCluster:
         self.pods = {}
         self.rv = 1
         self.fail_patch = []     # statuses the next pod patches answer
-        self.events = []
+        self.events, self.evicted = [], []
 
     def _bump(self, obj):
         self.rv += 1
@@ -195,6 +198,9 @@ class FakeCluster:
 
     def create_event(self, obj, reason, message, warning=True):
         self.events.append((reason, message))
+
+    def evict_pod(self, namespace, name):
+        self.evicted.append((namespace, name))
 
     def add_pod(self, name, devices, bind_time=0, phase=C.BIND_PHASE_ALLOCATING):
         value = pod_devices.encode([[ContainerDevice(*d) for d in ctr] for ctr in devices])

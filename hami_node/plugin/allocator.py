@@ -32,6 +32,13 @@ from hami_node.plugin.devices import DeviceTable
 from hami_node.plugin.errors import AllocationError, ClusterError
 
 MAX_ATTEMPTS = 5
+# Real kubelet fails a pod for good when Allocate fails (UnexpectedAdmissionError), so a short
+# API hiccup is retried inside the call: statuses that say "try again", for up to this long.
+TRANSIENT = frozenset({0, 429, 500, 502, 503, 504})
+RETRY_BUDGET_S = 10.0
+RETRY_FIRST_S = 0.2
+FAILS_POD = ("kubelet fails the pod for good (UnexpectedAdmissionError): its controller "
+             "creates a new one; a bare pod must be created again")
 # A lock whose owner already finished is only removed once it is this old: the scheduler may
 # have just taken it for a pod that carries an earlier attempt's bind-phase.
 STALE_LOCK_GRACE_S = 10.0
@@ -39,6 +46,15 @@ STALE_LOCK_GRACE_S = 10.0
 
 class _Conflict(Exception):
     """The pod changed between our read and our write: start over."""
+
+
+class _Transient(Exception):
+    """The API server said "try again" (nothing of the answer was kept); `pod` is the pod
+    being started when it was known."""
+
+    def __init__(self, error: ClusterError, pod: Optional[dict] = None):
+        super().__init__(str(error))
+        self.error, self.pod = error, pod
 
 
 def _meta(pod: dict) -> dict:
@@ -80,9 +96,12 @@ class Allocator:
                  layout: L.HostLayout, *, clock: Callable[[], float] = time.time,
                  log: Callable[[str], None] = print,
                  observe: Optional[Callable[[str, float], None]] = None,
-                 device_present: Callable[[str], bool] = os.path.exists):
+                 device_present: Callable[[str], bool] = os.path.exists,
+                 retry_budget_s: float = RETRY_BUDGET_S,
+                 sleep: Callable[[float], None] = time.sleep):
         self.cluster, self.table, self.node = cluster, table, node_name
         self.device_present = device_present
+        self.retry_budget_s, self.sleep = retry_budget_s, sleep
         self.limits, self.layout = limits, layout
         self.clock, self.log = clock, log
         self.observe = observe or (lambda result, seconds: None)
@@ -162,18 +181,36 @@ class Allocator:
         started = time.monotonic()
         with self._lock:
             try:
-                for _ in range(MAX_ATTEMPTS):
-                    try:
-                        answers = self._attempt(requests)
-                    except _Conflict:
-                        continue
-                    self.observe("success", time.monotonic() - started)
-                    return answers
-                raise AllocationError(f"the pod changed under every one of {MAX_ATTEMPTS} "
-                                      "attempts; kubelet will retry")
+                answers = self._retrying(requests, started)
             except (AllocationError, ClusterError):
                 self.observe("failure", time.monotonic() - started)
                 raise
+            self.observe("success", time.monotonic() - started)
+            return answers
+
+    def _retrying(self, requests: Sequence[Sequence[str]], started: float) -> list:
+        """Attempts until one succeeds: at once after a conflict, with backoff while the API
+        server says "try again" and the budget lasts."""
+        conflicts, delay = 0, RETRY_FIRST_S
+        while True:
+            try:
+                return self._attempt(requests)
+            except _Conflict:
+                conflicts += 1
+                if conflicts >= MAX_ATTEMPTS:
+                    raise AllocationError(f"the pod changed under every one of {MAX_ATTEMPTS} "
+                                          f"attempts; {FAILS_POD}") from None
+            except _Transient as t:
+                if time.monotonic() - started + delay > self.retry_budget_s:
+                    if t.pod is not None:
+                        self._fail(t.pod, t.error)
+                    raise AllocationError(
+                        f"the API server kept failing for {self.retry_budget_s:g} s ({t.error}); "
+                        f"{FAILS_POD}") from t.error
+                self.log(f"Allocate: the API server failed ({t.error}); retrying in "
+                         f"{delay:g} s")
+                self.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _attempt(self, requests: Sequence[Sequence[str]]) -> list:
         try:
@@ -183,8 +220,10 @@ class Allocator:
             self.release_stale_lock()
             raise AllocationError(str(e)) from e
         except ClusterError as e:
+            if e.status in TRANSIENT:
+                raise _Transient(e) from e
             raise ClusterError(f"cannot look up the pod being started (nothing changed; "
-                               f"kubelet will retry): {e}", e.status) from e
+                               f"{FAILS_POD}): {e}", e.status) from e
         answers = []
         try:
             answers = self._plan(pod, requests)
@@ -195,6 +234,8 @@ class Allocator:
             raise
         except (AllocationError, ClusterError, OSError) as e:
             self._undo(pod, answers)
+            if isinstance(e, ClusterError) and e.status in TRANSIENT:
+                raise _Transient(e, pod) from e
             self._fail(pod, e)
             raise AllocationError(f"pod {pod_key(pod)}: {e}") from e
         for answer in answers:

@@ -176,8 +176,9 @@ def test_api_error_while_recording_leaves_no_half_state(env, shared_node):
     env.created.append("apierr")
     env.sched.lock("apierr")
     env.sched.annotate("apierr", [[(uuid, 1000, 10)]])
-    # The next patch of this pod (hami-node consuming the entry) fails once.
-    node.apiserver.set_faults(rules=[{"code": 500, "verbs": ["patch"], "resources": ["pods"],
+    # The next patch of this pod (hami-node consuming the entry) is refused (a 500 is now a
+    # "try again" that Allocate retries itself: see the next test).
+    node.apiserver.set_faults(rules=[{"code": 403, "verbs": ["patch"], "resources": ["pods"],
                                       "name": "apierr", "times": 1}])
     env.sched.bind("apierr")
     failure, ann = _failure(env, "apierr", "recording the allocation failed")
@@ -185,6 +186,27 @@ def test_api_error_while_recording_leaves_no_half_state(env, shared_node):
     uid = env.sched.v1.read_namespaced_pod("apierr", "default").metadata.uid
     assert not (node.shim_dir / "containers" / f"{uid}_main").exists()
     node.apiserver.clear_faults()
+
+
+def test_an_api_hiccup_during_allocate_is_absorbed(env, shared_node):
+    node = shared_node[0]
+    uuid = env.uuids[0]
+    env.sched.create("hiccup", [Scheduler.container("main")])
+    env.created.append("hiccup")
+    env.sched.lock("hiccup")
+    env.sched.annotate("hiccup", [[(uuid, 1000, 10)]])
+    # Real kubelet would fail the pod for good on an Allocate error: hami-node retries inside.
+    node.apiserver.set_faults(rules=[{"code": 503, "verbs": ["patch"], "resources": ["pods"],
+                                      "name": "hiccup", "times": 2}])
+    try:
+        env.sched.bind("hiccup")
+        [alloc] = env.kubelet.wait_allocated("default", "hiccup")
+        assert alloc.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1000m"
+        ann = wait_for(lambda: (a := env.sched.pod_annotations("hiccup"))
+                       .get(C.ANNO_BIND_PHASE) == "success" and a, what="bind-phase success")
+        assert ann[C.ANNO_DEVICES_TO_ALLOCATE] == ";"
+    finally:
+        node.apiserver.clear_faults()
 
 
 def test_two_pods_racing_on_one_node(env):

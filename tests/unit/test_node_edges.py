@@ -161,6 +161,7 @@ class FakeCluster:
         self.pods = {}
         self.rv = 1
         self.fail_patch = []     # statuses the next pod patches answer
+        self.fail_reads = []     # statuses the next node reads answer
         self.events, self.evicted = [], []
 
     def _bump(self, obj):
@@ -180,6 +181,8 @@ class FakeCluster:
         return obj
 
     def get_node(self, name):
+        if self.fail_reads:
+            raise ClusterError("injected", self.fail_reads.pop(0))
         return self.node
 
     def patch_node_annotations(self, name, annotations, resource_version=None):
@@ -233,7 +236,7 @@ def alloc_env():
     layout.preload.write_text("/usr/local/vgpu/libvgpu.so\n")
     cluster = FakeCluster()
     allocator = Allocator(cluster, DeviceTable(GPUS, 2), NODE, Limits(split=2), layout,
-                          log=lambda m: None)
+                          log=lambda m: None, retry_budget_s=1.0, sleep=lambda s: None)
     return cluster, allocator, layout
 
 
@@ -291,7 +294,7 @@ def test_failure_leaves_no_half_state(alloc_env):
     cluster, allocator, layout = alloc_env
     cluster.add_pod("p", [[(A, 100, 10)]])
     cluster.lock("p")
-    cluster.fail_patch = [500]
+    cluster.fail_patch = [403]      # a refusal, not a "try again" (those are retried)
     with pytest.raises(AllocationError, match="recording the allocation failed"):
         allocator.allocate([[f"{A}-0"]])
     assert cluster.ann("p")[C.ANNO_BIND_PHASE] == "failed"
@@ -407,3 +410,36 @@ def test_implementations_satisfy_their_protocols():
     assert isinstance(watch, XidWatch)
     assert isinstance(KubeCluster.__new__(KubeCluster), ClusterApi)
     assert isinstance(FakeCluster(), ClusterApi)
+
+
+def test_a_short_api_hiccup_is_retried_inside_allocate(alloc_env):
+    cluster, allocator, _ = alloc_env
+    cluster.add_pod("p", [[(A, 100, 10)]])
+    cluster.fail_reads, cluster.fail_patch = [503, 0], [500]
+    allocator.allocate([[f"{A}-0"]])
+    assert cluster.ann("p")[C.ANNO_BIND_PHASE] == "success" and not cluster.events
+
+
+@pytest.mark.parametrize("where", ["lookup", "commit"])
+def test_an_api_outage_past_the_budget_fails_the_pod_with_a_true_message(alloc_env, where):
+    cluster, allocator, _ = alloc_env
+    cluster.add_pod("p", [[(A, 100, 10)]])
+    slept = []
+    allocator.sleep = lambda s: (slept.append(s), time.sleep(s / 20))
+    outage = [503] * 1000
+    if where == "lookup":
+        cluster.fail_reads = outage
+    else:
+        cluster.fail_patch = outage
+    started = time.monotonic()
+    with pytest.raises(AllocationError) as info:
+        allocator.allocate([[f"{A}-0"]])
+    message = str(info.value)
+    assert "UnexpectedAdmissionError" in message and "will retry" not in message
+    assert slept and slept[:3] == [0.2, 0.4, 0.8] and time.monotonic() - started < 5
+    # Nothing half-written (marking the pod failed fails too while the API is down); a known
+    # pod gets the Warning Event, which goes through the events API.
+    assert cluster.ann("p")[C.ANNO_BIND_PHASE] == "allocating"
+    assert cluster.ann("p")[C.ANNO_DEVICES_TO_ALLOCATE] == f"{A},NVIDIA,100,10:;"
+    assert [e[0] for e in cluster.events] == (["GPUAllocationFailed"] if where == "commit"
+                                              else [])

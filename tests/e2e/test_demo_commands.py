@@ -58,8 +58,17 @@ def test_ctrl_c_stops_every_process_and_removes_the_work_directory(command):
 def _wait_phase(v1, name: str, phases, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     pod = {}
+    from kubernetes.client.rest import ApiException
     while time.monotonic() < deadline:
-        pod = json.loads(v1.read_namespaced_pod(name, "default", _preload_content=False).data)
+        try:
+            pod = json.loads(v1.read_namespaced_pod(name, "default",
+                                                    _preload_content=False).data)
+        except ApiException as e:
+            # `cluster up` admits a pod by deleting it and creating the mutated one: for a
+            # moment it does not exist.
+            if e.status != 404:
+                raise
+            pod = {}
         if (pod.get("status") or {}).get("phase") in phases:
             return pod
         time.sleep(0.1)

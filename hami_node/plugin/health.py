@@ -9,20 +9,20 @@ Rules (docs/node.md, "Health"):
 - if XID events cannot be watched for a GPU, its health comes from the probes alone (logged,
   so the operator knows).
 """
-import threading
 import time
 from typing import Callable, Iterable, Optional
 
 from hami_node.plugin.backend import DeviceBackend, XidEvent
 from hami_node.plugin.devices import DeviceTable
 from hami_node.plugin.errors import BackendError
+from hami_node.plugin.worker import Worker
 
 EVENT_WAIT_S = 0.2      # longest wait for an event before the probes get a turn
 PROBE_INTERVAL_S = 1.0
 REOPEN_DELAY_S = 1.0
 
 
-class HealthMonitor:
+class HealthMonitor(Worker):
     """A thread that keeps `table` up to date from `backend`."""
 
     def __init__(self, backend: DeviceBackend, table: DeviceTable, ignored_xids: Iterable[int],
@@ -34,24 +34,9 @@ class HealthMonitor:
         self.recovery_s = recovery_s
         self.clock, self.log = clock, log
         self.on_xid = on_xid or (lambda event, critical: None)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="health")
+        super().__init__("health")
         self._next_probe = 0.0
         self._complained = False
-
-    def start(self) -> "HealthMonitor":
-        """Starts watching."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stops the thread (within one event wait)."""
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def alive(self) -> bool:
-        """Whether the thread runs (the watchdog pings only while it does)."""
-        return self._thread.is_alive()
 
     def handle_event(self, event: XidEvent) -> None:
         """Applies one XID event."""

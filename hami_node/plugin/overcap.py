@@ -11,7 +11,6 @@ metric, and, where the operator asked for it (`evictOverCap`), is evicted.
 """
 import logging
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -21,6 +20,7 @@ from hami_common import pod_devices
 from hami_common.errors import HamiFormatError
 from hami_node.plugin.allocate import pod_containers
 from hami_node.plugin.errors import BackendError, ClusterError
+from hami_node.plugin.worker import Worker
 
 log = logging.getLogger(__name__)
 MIB = 1 << 20
@@ -113,7 +113,7 @@ def find_over_cap(processes: dict, owner: Callable[[int], Optional[tuple]],
     return out
 
 
-class OverCapWatch:
+class OverCapWatch(Worker):
     """Checks every `interval_s` seconds; reports each offender once while it stays over."""
 
     def __init__(self, backend, cluster, node: str, interval_s: float, *,
@@ -124,22 +124,7 @@ class OverCapWatch:
         self.interval_s, self.evict, self.owner = interval_s, evict, owner
         self.on_round, self.log = on_round, log
         self._reported: set = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="over-cap", daemon=True)
-
-    def start(self) -> "OverCapWatch":
-        """Checks in a thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stops checking."""
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def alive(self) -> bool:
-        """Whether the checking thread runs."""
-        return self._thread.is_alive()
+        super().__init__("over-cap")
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

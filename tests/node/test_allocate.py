@@ -169,13 +169,20 @@ def test_stale_lock_of_a_deleted_pod_is_released(env):
              what="the periodic check to release the lock of a deleted pod")
 
 
+def _decided(env, name):
+    """A pod with the scheduler's decision (1000 MiB, 10 % of the first GPU) and the node lock,
+    not bound yet; returns the GPU's UUID."""
+    uuid = env.uuids[0]
+    env.sched.create(name, [Scheduler.container("main")])
+    env.created.append(name)
+    env.sched.lock(name)
+    env.sched.annotate(name, [[(uuid, 1000, 10)]])
+    return uuid
+
+
 def test_api_error_while_recording_leaves_no_half_state(env, shared_node):
     node = shared_node[0]
-    uuid = env.uuids[0]
-    env.sched.create("apierr", [Scheduler.container("main")])
-    env.created.append("apierr")
-    env.sched.lock("apierr")
-    env.sched.annotate("apierr", [[(uuid, 1000, 10)]])
+    uuid = _decided(env, "apierr")
     # The next patch of this pod (hami-node consuming the entry) is refused (a 500 is now a
     # "try again" that Allocate retries itself: see the next test).
     node.apiserver.set_faults(rules=[{"code": 403, "verbs": ["patch"], "resources": ["pods"],
@@ -190,11 +197,7 @@ def test_api_error_while_recording_leaves_no_half_state(env, shared_node):
 
 def test_an_api_hiccup_during_allocate_is_absorbed(env, shared_node):
     node = shared_node[0]
-    uuid = env.uuids[0]
-    env.sched.create("hiccup", [Scheduler.container("main")])
-    env.created.append("hiccup")
-    env.sched.lock("hiccup")
-    env.sched.annotate("hiccup", [[(uuid, 1000, 10)]])
+    _decided(env, "hiccup")
     # Real kubelet would fail the pod for good on an Allocate error: hami-node retries inside.
     node.apiserver.set_faults(rules=[{"code": 503, "verbs": ["patch"], "resources": ["pods"],
                                       "name": "hiccup", "times": 2}])

@@ -109,6 +109,10 @@ KEYS = (
     Key("disableCoreLimit", "bool", False, "tell the shim not to limit compute "
         "(GPU_CORE_UTILIZATION_POLICY=disable)"),
     Key("excludeDevices", "list", (), "GPUs not to advertise, by UUID or index"),
+    Key("passDeviceSpecs", "bool", True, "give kubelet the /dev/nvidia* device nodes in "
+        "Allocate's answer; false leaves them to the NVIDIA container toolkit, which injects "
+        "them (a node without them, e.g. simulated GPUs, needs false: containerd refuses a "
+        "container whose device node is missing)"),
     Key("devicePluginDir", "str", "/var/lib/kubelet/device-plugins",
         "kubelet's device plugin directory"),
     Key("kubeconfig", "str", "", "kubeconfig file; empty: in-cluster service account",
@@ -140,6 +144,7 @@ class NodeConfig:
     default_cores: int = 0
     disable_core_limit: bool = False
     exclude_devices: tuple = ()
+    pass_device_specs: bool = True
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     kubeconfig: str = ""
     shim_host_dir: str = "/usr/local/vgpu"

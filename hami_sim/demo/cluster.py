@@ -125,7 +125,7 @@ class SimNode:
             raise ClusterError(f"{self.name}: hami-node install-shim failed: "
                                f"{done.stderr.strip()[-1000:]}")
 
-    def start_agent(self, kubeconfig) -> None:
+    def start_agent(self, kubeconfig, extra_args=()) -> None:
         """Starts hami-node against the API server of kubeconfig (does not wait for it)."""
         agent_log = open(self.agent_log, "ab")
         self._logs.append(agent_log)
@@ -133,7 +133,8 @@ class SimNode:
             AGENT + ["--node-name", self.name, "--device-plugin-dir", str(self.plugin_dir),
                      "--kubeconfig", str(kubeconfig),
                      "--shim-host-dir", str(self.shim_dir), "--metrics-address", "127.0.0.1:0",
-                     "--device-split-count", str(self.spec.split), "--annotation-interval", "1"],
+                     "--device-split-count", str(self.spec.split), "--annotation-interval", "1",
+                     *extra_args],
             stdout=subprocess.PIPE, stderr=agent_log, text=True, start_new_session=True,
             **child_options(self.env))        # the agent ends when the demo does
 

@@ -32,7 +32,7 @@ Ctrl-C stops everything (containers included).
 def serve_real(args, examples, reporter) -> int:
     """Starts the real cluster, optionally creates the examples, watches until a piece dies
     (or Ctrl-C/SIGTERM, raised as KeyboardInterrupt after everything is stopped)."""
-    from hami_sim.realcluster import ClusterError, RealCluster
+    from hami_sim.realcluster.cluster import ClusterError, RealCluster
     cluster = RealCluster(workdir=args.workdir, step=reporter.step, keep=bool(args.workdir))
     try:
         with reporter.waiting("building (first time) and starting etcd, kube-apiserver, "

@@ -97,8 +97,8 @@ def start_controller_manager(c) -> None:
         f"--cluster-signing-cert-file={p.ca}", f"--cluster-signing-key-file={p.root / 'ca.key'}",
         "--v=1"])
     wait_for("the default ServiceAccount (kube-controller-manager)",
-             lambda: "default" in c.kubectl("get", "serviceaccount", "default", "-o",
-                                            "name", check=False),
+             lambda: c.kubectl("get", "serviceaccount", "default", "-o", "name",
+                               check=False).strip() == "serviceaccount/default",
              60, c.logs / "kube-controller-manager.log", lambda: proc.poll() is None)
     c.step("kube-controller-manager running (ServiceAccounts, tokens, garbage collection)")
 
@@ -147,8 +147,8 @@ def start_schedulers(c) -> None:
         f"--authentication-kubeconfig={c.kubeconfig}",
         f"--authorization-kubeconfig={c.kubeconfig}", "--v=1"])
     wait_for("kube-scheduler (hami-scheduler profile) leading",
-             lambda: "hami-scheduler" in c.kubectl("get", "lease", "-n", CONTROL_SA[0], "-o",
-                                                   "name", check=False),
+             lambda: "lease.coordination.k8s.io/hami-scheduler" in c.kubectl(
+                 "get", "lease", "-n", CONTROL_SA[0], "-o", "name", check=False).split(),
              60, c.logs / "kube-scheduler.log", lambda: hami.poll() is None)
     c.step("kube-scheduler running deploy/'s KubeSchedulerConfiguration (extender: "
            f"{c.control.url}, TLS server name as shipped), leader of its Lease; the default "

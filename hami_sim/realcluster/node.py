@@ -83,24 +83,31 @@ def prepare_cgroups() -> None:
 
 
 def start_kubelet(c) -> None:
-    """kubelet for node c.spec.name; waits until the node is Ready."""
+    """kubelet for node c.spec.name, on a clean slate; waits until the node is Ready."""
     prepare_cgroups()
     DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
     for stale in DEVICE_PLUGIN_DIR.iterdir():      # sockets and checkpoint of an earlier run
         if stale.is_socket() or stale.name == "kubelet_internal_checkpoint":
             stale.unlink()
     p = c.pki
-    kc = c.write_kubeconfig(c.root / "kubelet.kubeconfig", client_cert=str(p.crt("kubelet")),
-                            client_key=str(p.key("kubelet")))
+    c.write_kubeconfig(c.root / "kubelet.kubeconfig", client_cert=str(p.crt("kubelet")),
+                       client_key=str(p.key("kubelet")))
     c.ports.update(kubelet=free_port(), kubelet_healthz=free_port())
-    conf = cfg.write_json(c.root / "kubelet-config.yaml", cfg.kubelet_config(
+    cfg.write_json(c.root / "kubelet-config.yaml", cfg.kubelet_config(
         p, c.containerd_socket, c.ports["kubelet"], c.ports["kubelet_healthz"], c.pod_logs))
-    proc = c.spawn("kubelet", [c.bins["kubelet"], f"--config={conf}", f"--kubeconfig={kc}",
+    spawn_kubelet(c)
+    c.step(f"kubelet running; node {c.spec.name} Ready (cgroupfs, CNI bridge)")
+
+
+def spawn_kubelet(c) -> None:
+    """Starts kubelet with the configuration written by start_kubelet (also to restart it:
+    containers keep running meanwhile); waits until the node is Ready."""
+    proc = c.spawn("kubelet", [c.bins["kubelet"], f"--config={c.root / 'kubelet-config.yaml'}",
+                               f"--kubeconfig={c.root / 'kubelet.kubeconfig'}",
                                f"--root-dir={c.root / 'kubelet'}",
                                f"--hostname-override={c.spec.name}", "--v=2"])
     wait_for(f"node {c.spec.name} Ready", lambda: node_ready(c), 120,
              c.logs / "kubelet.log", lambda: proc.poll() is None)
-    c.step(f"kubelet running; node {c.spec.name} Ready (cgroupfs, CNI bridge)")
 
 
 def node_ready(c) -> bool:
@@ -123,9 +130,20 @@ def allocatable(c, resource: str = C.RESOURCE_GPU) -> int:
 def start_agent(c) -> None:
     """hami-node with deploy/'s ServiceAccount token; waits until kubelet offers every
     virtual GPU and hami-control sees the node."""
+    c.node.install_shim()
+    spawn_agent(c, token_kubeconfig(c, *NODE_SA))
+    c.node.published(c.gpus()[c.spec.name], record_busy=False)
+    c.step(f"hami-node registered with kubelet as a device plugin: "
+           f"{c.spec.split * len(c.spec.gpus)} x {C.RESOURCE_GPU} over {len(c.spec.gpus)} "
+           f"simulated GPUs, as ServiceAccount {NODE_SA[0]}/{NODE_SA[1]}")
+
+
+def spawn_agent(c, kubeconfig) -> None:
+    """Starts hami-node (also to restart it); waits for kubelet to offer every virtual GPU
+    and hami-control to see them."""
     node = c.node
-    node.install_shim()
-    node.start_agent(token_kubeconfig(c, *NODE_SA))
+    # No /dev/nvidia* on a simulated node: the device nodes are the toolkit's business.
+    node.start_agent(kubeconfig, ["--pass-device-specs", "false"])
     with open(c.pgid_file, "a") as f:
         f.write(f"{node.agent.pid}\n")
     node.read_ready_line()
@@ -135,7 +153,3 @@ def start_agent(c) -> None:
     wait_for("hami-control seeing the node's GPUs",
              lambda: bool(c.gpus().get(c.spec.name)) and control_nodes(c.control) >= 1,
              60, node.agent_log, node.alive)
-    node.published(c.gpus()[c.spec.name], record_busy=False)
-    c.step(f"hami-node registered with kubelet as a device plugin: {want} x "
-           f"{C.RESOURCE_GPU} over {len(c.spec.gpus)} simulated GPUs, as ServiceAccount "
-           f"{NODE_SA[0]}/{NODE_SA[1]}")

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 
-ALL=(kubectl kube-apiserver kube-controller-manager kube-scheduler kubelet etcd)
+ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
 cache=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/$K8S_VERSION
 bin=$cache/bin
 log() { echo "[k8s-build $(date -u +%H:%M:%S)] $*" >&2; }

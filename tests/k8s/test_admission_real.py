@@ -28,12 +28,25 @@ def test_gpumem_without_gpu_count_gets_one_gpu_and_runs(real_cluster):
         delete(real_cluster, "gpumem-only")
 
 
-def test_requests_without_limits_are_refused_with_422(real_cluster):
-    body = pod("requests-only", {"requests": {"nvidia.com/gpu": "1",
-                                              "nvidia.com/gpumem": "1024"}})
-    with pytest.raises(ApiException) as refused:
-        create(real_cluster, body)
-        delete(real_cluster, "requests-only")
-    assert refused.value.status == 422, refused.value.body
-    message = json.loads(refused.value.body)["message"]
-    assert "Limit must be set" in message and "nvidia.com/gpumem" in message, message
+def refused(cluster, name: str, resources: dict) -> str:
+    """Creates a pod the API server must refuse with 422; its message."""
+    with pytest.raises(ApiException) as exc:
+        create(cluster, pod(name, resources))
+        delete(cluster, name)
+    assert exc.value.status == 422, exc.value.body
+    return json.loads(exc.value.body)["message"]
+
+
+def test_extended_requests_without_equal_limits_are_refused_with_422(real_cluster):
+    """Our webhook leaves these pods alone (it adds no limits the user did not give), and the
+    real validation refuses them before they exist; the API server double says the same
+    (tests/cluster/test_apiserver_objects.py)."""
+    assert refused(real_cluster, "requests-only", {"requests": {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}}) == (
+        'Pod "requests-only" is invalid: spec.containers[0].resources.limits: Required value: '
+        'Limit must be set for non overcommitable resources')
+    assert refused(real_cluster, "requests-differ", {
+        "requests": {"nvidia.com/gpumem": "512"},
+        "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}}).endswith(
+        'spec.containers[0].resources.requests: Invalid value: "512": must '
+        'be equal to nvidia.com/gpumem limit of 1024')

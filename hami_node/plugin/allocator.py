@@ -28,6 +28,11 @@ from hami_node.plugin.devices import DeviceTable
 from hami_node.plugin.errors import AllocationError, ClusterError
 
 MAX_ATTEMPTS = 5
+# Real kubelet does not retry a failed Allocate: the pod fails for good
+# (UnexpectedAdmissionError). So an API server that cannot be reached for a moment is waited
+# for here, up to this long, before the pod is given up on.
+LOOKUP_RETRY_S = 10.0
+LOOKUP_BACKOFF_S = (0.2, 2.0)
 # A lock whose owner already finished is only removed once it is this old: the scheduler may
 # have just taken it for a pod that carries an earlier attempt's bind-phase.
 STALE_LOCK_GRACE_S = 10.0
@@ -35,6 +40,10 @@ STALE_LOCK_GRACE_S = 10.0
 
 class _Conflict(Exception):
     """The pod changed between our read and our write: start over."""
+
+
+class _LookupFailed(ClusterError):
+    """The node or pod could not be read: nothing changed, trying again is safe."""
 
 
 def _meta(pod: dict) -> dict:
@@ -135,16 +144,30 @@ class Allocator:
             try:
                 for _ in range(MAX_ATTEMPTS):
                     try:
-                        answers = self._attempt(requests)
+                        answers = self._attempt_patiently(requests, started)
                     except _Conflict:
                         continue
                     self.observe("success", time.monotonic() - started)
                     return answers
                 raise AllocationError(f"the pod changed under every one of {MAX_ATTEMPTS} "
-                                      "attempts; kubelet will retry")
+                                      "attempts")
             except (AllocationError, ClusterError):
                 self.observe("failure", time.monotonic() - started)
                 raise
+
+    def _attempt_patiently(self, requests: Sequence[Sequence[str]], started: float) -> list:
+        """_attempt, again while the pod cannot be looked up (API unreachable, nothing
+        changed yet), for up to LOOKUP_RETRY_S since started."""
+        delay = LOOKUP_BACKOFF_S[0]
+        while True:
+            try:
+                return self._attempt(requests)
+            except _LookupFailed as e:
+                if time.monotonic() - started + delay > LOOKUP_RETRY_S:
+                    raise ClusterError(str(e), e.status) from e
+                self.log(f"{e}; trying again in {delay:.1f} s")
+                time.sleep(delay)
+                delay = min(delay * 2, LOOKUP_BACKOFF_S[1])
 
     def _attempt(self, requests: Sequence[Sequence[str]]) -> list:
         try:
@@ -154,8 +177,8 @@ class Allocator:
             self.release_stale_lock()
             raise AllocationError(str(e)) from e
         except ClusterError as e:
-            raise ClusterError(f"cannot look up the pod being started (nothing changed; "
-                               f"kubelet will retry): {e}", e.status) from e
+            raise _LookupFailed(f"cannot look up the pod being started (nothing changed): "
+                                f"{e}", e.status) from e
         answers = []
         try:
             answers = self._plan(pod, requests)

@@ -386,3 +386,28 @@ def test_implementations_satisfy_their_protocols():
     assert isinstance(watch, XidWatch)
     assert isinstance(KubeCluster.__new__(KubeCluster), ClusterApi)
     assert isinstance(FakeCluster(), ClusterApi)
+
+
+def test_lookup_failures_are_waited_out_since_real_kubelet_never_retries(alloc_env,
+                                                                          monkeypatch):
+    """tests/k8s showed it: a failed Allocate fails the pod for good (UnexpectedAdmission
+    Error). An unreachable API server is tried again for a while, then reported."""
+    from hami_node.plugin import allocator as mod
+    cluster, allocator, _ = alloc_env
+    cluster.add_pod("p", [[(A, 100, 10)]])
+    failures = [503, 503]
+    real_get_node = cluster.get_node
+
+    def flaky_get_node(name):
+        if failures:
+            raise ClusterError("injected", failures.pop(0))
+        return real_get_node(name)
+    monkeypatch.setattr(cluster, "get_node", flaky_get_node)
+    monkeypatch.setattr(mod, "LOOKUP_BACKOFF_S", (0.01, 0.02))
+    [answer] = allocator.allocate([[f"{A}-0"]])
+    assert answer.container == "c0" and not failures
+    failures[:] = [503] * 1000
+    monkeypatch.setattr(mod, "LOOKUP_RETRY_S", 0.2)
+    with pytest.raises(ClusterError, match="cannot look up the pod being started") as e:
+        allocator.allocate([[f"{A}-0"]])
+    assert e.value.status == 503 and len(failures) < 1000

@@ -35,6 +35,10 @@ from hami_sim.realcluster.reaper import reap
 NODE = NodeSpec("node-a", (A100, A100, T4, T4))
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")   # fixed in kubelet
 READY_TIMEOUT_S = 120.0
+# One real cluster per machine at a time: kubelet's device plugin folder and our cgroup root
+# are machine-wide. A second one waits for the first (e.g. two test runs at once).
+MACHINE_LOCK = Path("/run/hami-k8s.lock")
+MACHINE_LOCK_WAIT_S = 1800.0
 Step = Callable[[str], None]
 
 
@@ -84,6 +88,7 @@ class RealCluster:
         self.watchdog: Optional[subprocess.Popen] = None
         self._stack = contextlib.ExitStack()
         self._api_client = None
+        self._machine_lock = None
 
     # Paths --------------------------------------------------------------------------------
 
@@ -133,6 +138,7 @@ class RealCluster:
     def _start(self) -> None:
         from hami_sim.realcluster import control_plane, node
         self.bins = ensure_components()
+        self._lock_machine()
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self._start_watchdog()
@@ -140,12 +146,33 @@ class RealCluster:
         control_plane.start(self)
         node.start(self)
 
+    def _lock_machine(self) -> None:
+        import fcntl
+        self._machine_lock = lock = open(MACHINE_LOCK, "w")   # closing it releases it
+        deadline = time.monotonic() + MACHINE_LOCK_WAIT_S
+        told = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"another real cluster has held {MACHINE_LOCK} for "
+                                       f"{MACHINE_LOCK_WAIT_S:.0f} s; stop it first")
+                if not told:
+                    self.step(f"waiting for the real cluster already running on this machine "
+                              f"({MACHINE_LOCK})")
+                    told = True
+                time.sleep(1.0)
+
     def _start_watchdog(self) -> None:
         self.watchdog = subprocess.Popen(
             [sys.executable, "-m", "hami_sim.realcluster.reaper", "--pgid-file",
              str(self.pgid_file), "--cgroup", cfg.CGROUP_ROOT, "--containerd-socket",
              str(self.containerd_socket), "--workdir", str(self.root)],
-            start_new_session=True, **child_options())
+            start_new_session=True, **child_options(),
+            # It holds the machine lock too: no new cluster starts before it has reaped.
+            pass_fds=(self._machine_lock.fileno(),))
 
     def spawn(self, name: str, argv: list, env: Optional[dict] = None) -> subprocess.Popen:
         """Starts a component in its own process group, output to logs/<name>.log."""
@@ -189,6 +216,9 @@ class RealCluster:
                 self.watchdog = None
             if self._own_root and not self.keep:
                 shutil.rmtree(self.root, ignore_errors=True)
+            if self._machine_lock is not None:
+                self._machine_lock.close()
+                self._machine_lock = None
 
     # Using it -----------------------------------------------------------------------------
 

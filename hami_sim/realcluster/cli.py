@@ -25,6 +25,7 @@ kubectl: {kubectl}
   {kubectl} --kubeconfig {kubeconfig} logs gpumem-oom
 
 Component logs: {cluster.logs}/   hami-node: {cluster.node.agent_log}
+Container output: {cluster.pod_logs}/<namespace>_<pod>_<uid>/<container>/0.log
 Ctrl-C stops everything (containers included).
 """
 

@@ -102,13 +102,7 @@ def serve(args, examples, reporter) -> int:
             kubeconfig = Path(args.kubeconfig_out).resolve()
         reporter.line(hints(kubeconfig, cluster.root))
         submit_examples(cluster, examples, reporter)
-        while True:
-            problems = cluster.problems()
-            if problems:
-                reporter.line(f"hami-sim cluster up: {'; '.join(problems)}\n(logs under "
-                              f"{cluster.root}; stopping everything)")
-                return EXIT_BROKEN
-            time.sleep(1.0)
+        return watch_until_broken(cluster, reporter, "hami-sim cluster up", cluster.root)
     except ClusterError as e:
         reporter.line(f"hami-sim cluster up: {e}")
         return EXIT_BROKEN
@@ -117,6 +111,17 @@ def serve(args, examples, reporter) -> int:
             for loop in reversed(loops):
                 loop.stop()
             cluster.stop()
+
+
+def watch_until_broken(cluster, reporter, prog: str, logs) -> int:
+    """Checks the cluster every second; EXIT_BROKEN, having said why, once a piece died."""
+    while True:
+        problems = cluster.problems()
+        if problems:
+            reporter.line(f"{prog}: {'; '.join(problems)}\n(logs under {logs}; stopping "
+                          "everything)")
+            return EXIT_BROKEN
+        time.sleep(1.0)
 
 
 def start_loops(cluster, reporter) -> list:

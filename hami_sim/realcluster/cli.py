@@ -5,10 +5,10 @@ cores), later runs take them from the cache."""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 from hami_sim.demo.cli import EXIT_BROKEN, signals_deferred
+from hami_sim.demo.cluster_cli import watch_until_broken
 
 
 def hints(cluster, kubeconfig: Path) -> str:
@@ -48,13 +48,8 @@ def serve_real(args, examples, reporter) -> int:
         for ex in examples:
             cluster.core_v1.create_namespaced_pod(ex.namespace, ex.pod)
             reporter.step(f"{ex.namespace}/{ex.name} created: {ex.shows}")
-        while True:
-            problems = cluster.problems()
-            if problems:
-                reporter.line(f"hami-sim cluster up --real: {'; '.join(problems)}\n(logs under "
-                              f"{cluster.logs}; stopping everything)")
-                return EXIT_BROKEN
-            time.sleep(1.0)
+        return watch_until_broken(cluster, reporter, "hami-sim cluster up --real",
+                                  cluster.logs)
     except ClusterError as e:
         reporter.line(f"hami-sim cluster up --real: {e}")
         return EXIT_BROKEN

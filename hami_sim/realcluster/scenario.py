@@ -15,9 +15,10 @@ from pathlib import Path
 from hami_common import constants as C
 from hami_node.plugin.layout import CACHE_FILE, HostLayout
 from hami_node.shim import CacheFileError, read_usage
-from hami_sim.demo.expect import Check, ContainerOutcome, PodOutcome, evaluate
+from hami_sim.demo.expect import ContainerOutcome, PodOutcome
 from hami_sim.demo.runtime import workload_result
-from hami_sim.demo.scenario import ScenarioError, ScenarioResult, pod_gpus
+from hami_sim.demo.scenario import (ScenarioError, ScenarioResult, checked, new_outcome,
+                                    pod_gpus)
 
 DEFAULT_TIMEOUT_S = 150.0
 FINISHED = tuple(C.POD_FINISHED_PHASES)
@@ -97,18 +98,11 @@ class RealScenario:
         return True
 
     def _collect(self) -> list:
-        outcomes = [self._outcome(ex) for ex in self.examples]
-        by_name = {p.name: p for p in outcomes}
-        for pod in outcomes:
-            pod.checks = ([Check("admitted", False, self.denied[pod.name])]
-                          if pod.name in self.denied else evaluate(pod, by_name))
-        return outcomes
+        return checked([self._outcome(ex) for ex in self.examples], self.denied)
 
     def _outcome(self, ex) -> PodOutcome:
-        out = PodOutcome(ex.name, ex.namespace, ex.expectation, ex.shows,
-                         gpu_types=self.types, gpu_index=self.index)
-        if ex.name in self.denied:
-            out.phase = "Denied"
+        out = new_outcome(ex, self.types, self.index, self.denied)
+        if out.phase == "Denied":
             return out
         pod = read_pod(self.v1, ex.namespace, ex.name)
         out.phase = (pod.get("status") or {}).get("phase", "Pending")

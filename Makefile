@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install native test demo bench clean
+.PHONY: install native k8s test demo bench clean
 
 install: $(STAMP) native
 
@@ -19,7 +19,14 @@ $(STAMP): setup.py constraints.txt
 native:
 	$(MAKE) -s -C c
 
-test: install
+# The real Kubernetes tier's components (tests/k8s): containerd, runc and the CNI plugins from
+# Debian's packages, and Kubernetes + etcd built from their Go modules into
+# ~/.cache/hami-py/k8s/<version> (the first time about 25 minutes on 2 cores; then nothing).
+k8s:
+	bash tools/k8s/install-debs.sh
+	bash tools/k8s/build.sh >/dev/null
+
+test: install k8s
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 demo: install

@@ -15,7 +15,8 @@ from pathlib import Path
 def kubeconfig_dict(server_url: str, *, ca_file: str | None = None,
                     ca_data: bytes | None = None, token: str | None = None,
                     insecure: bool = False, name: str = "hami-sim",
-                    namespace: str = "default") -> dict:
+                    namespace: str = "default", client_cert: str | None = None,
+                    client_key: str | None = None) -> dict:
     """The kubeconfig document for one cluster, user and context, all called `name`."""
     cluster: dict = {"server": server_url}
     if ca_file:
@@ -25,6 +26,9 @@ def kubeconfig_dict(server_url: str, *, ca_file: str | None = None,
     if insecure:
         cluster["insecure-skip-tls-verify"] = True
     user = {"token": token} if token else {}
+    if client_cert and client_key:       # x509 client authentication (the real API server)
+        user = {"client-certificate": os.path.abspath(client_cert),
+                "client-key": os.path.abspath(client_key)}
     return {"apiVersion": "v1", "kind": "Config", "current-context": name,
             "clusters": [{"name": name, "cluster": cluster}],
             "users": [{"name": name, "user": user}],

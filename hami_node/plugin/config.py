@@ -126,6 +126,10 @@ KEYS = (
     Key("numaTopology", "bool", False, "tell kubelet each GPU's NUMA node (off: with the "
         "topology manager's single-numa-node or restricted policy kubelet would refuse pods "
         "whose CPUs and GPU slices sit on different NUMA nodes, which a slice does not need)"),
+    Key("passDeviceSpecs", "bool", True, "give kubelet the /dev/nvidia* device nodes in "
+        "Allocate's answer; false leaves them to the NVIDIA container toolkit, which injects "
+        "them (a node without them, e.g. simulated GPUs, needs false: containerd refuses a "
+        "container whose device node is missing)"),
     Key("devicePluginDir", "str", "/var/lib/kubelet/device-plugins",
         "kubelet's device plugin directory"),
     Key("kubeconfig", "str", "", "kubeconfig file; empty: in-cluster service account",
@@ -161,6 +165,7 @@ class NodeConfig:
     cdi_kind: str = ""
     over_cap_check_seconds: float = 10.0
     evict_over_cap: bool = False
+    pass_device_specs: bool = True
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     kubeconfig: str = ""
     shim_host_dir: str = "/usr/local/vgpu"

@@ -99,7 +99,8 @@ class NodeAgent:
         self.allocator = Allocator(self.cluster, table, c.node_name, self._limits(), self.layout,
                                    log=self.log, observe=self.metrics.observe_allocate)
         self.service = DevicePluginService(table, self.allocator, log=self.log,
-                                           numa=c.numa_topology)
+                                           numa=c.numa_topology,
+                                           device_specs=c.pass_device_specs)
         self.server = PluginServer(c.device_plugin_dir, endpoint_name(c.resource_name),
                                    c.resource_name, self.service, log=self.log,
                                    on_register=self.metrics.registrations.inc).start()

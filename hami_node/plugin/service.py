@@ -23,14 +23,16 @@ def device_list(table: DeviceTable, numa: bool = False) -> api_pb2.ListAndWatchR
         for vid, healthy, node in table.virtual_devices()])
 
 
-def container_response(answer: ContainerAnswer) -> api_pb2.ContainerAllocateResponse:
-    """One ContainerAnswer as kubelet's message."""
+def container_response(answer: ContainerAnswer,
+                       device_specs: bool = True) -> api_pb2.ContainerAllocateResponse:
+    """One ContainerAnswer as kubelet's message (its device nodes only if device_specs)."""
     return api_pb2.ContainerAllocateResponse(
         envs=answer.envs,
         mounts=[api_pb2.Mount(container_path=m.container_path, host_path=m.host_path,
                               read_only=m.read_only) for m in answer.mounts],
         devices=[api_pb2.DeviceSpec(container_path=d.container_path, host_path=d.host_path,
-                                    permissions=d.permissions) for d in answer.devices],
+                                    permissions=d.permissions)
+                 for d in (answer.devices if device_specs else ())],
         cdi_devices=[api_pb2.CDIDevice(name=name) for name in answer.cdi_devices])
 
 
@@ -38,8 +40,10 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     """kubelet's view of this node's GPUs."""
 
     def __init__(self, table: DeviceTable, allocator: Allocator,
-                 log: Callable[[str], None] = print, numa: bool = False):
+                 log: Callable[[str], None] = print, numa: bool = False,
+                 device_specs: bool = True):
         self.table, self.allocator, self.log, self.numa = table, allocator, log, numa
+        self.device_specs = device_specs
         self.stopping = threading.Event()
 
     def GetDevicePluginOptions(self, request, context):  # noqa: N802 (gRPC method names)
@@ -70,8 +74,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except ClusterError as e:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
-        return api_pb2.AllocateResponse(container_responses=[container_response(a)
-                                                             for a in answers])
+        return api_pb2.AllocateResponse(container_responses=[
+            container_response(a, self.device_specs) for a in answers])
 
     def PreStartContainer(self, request, context):  # noqa: N802
         return api_pb2.PreStartContainerResponse()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from hami_common.quantity import parse_quantity
+
 from .errors import invalid
 from .resources import Resource
 
@@ -103,6 +105,36 @@ def _container_causes(path: str, container, seen: set) -> list[tuple[str, str, s
             if not quantity_ok(qty):
                 causes.append((f"{path}.resources.{part}[{res}]", "FieldValueInvalid",
                                f'Invalid value: "{qty}": must be a quantity like 1, 500m, 2Gi'))
+    if not causes:
+        causes += _extended_causes(path, resources)
+    return causes
+
+
+def is_extended(resource: str) -> bool:
+    """An extended resource (e.g. nvidia.com/gpu): domain-prefixed, not kubernetes.io's."""
+    domain = resource.partition("/")[0]
+    return "/" in resource and not resource.startswith("requests.") and \
+        domain != "kubernetes.io" and not domain.endswith(".kubernetes.io")
+
+
+def _extended_causes(path: str, resources: dict) -> list[tuple[str, str, str]]:
+    """As the real API server: an extended resource cannot be overcommitted, so a request
+    needs a limit, and equal to it."""
+    limits = resources.get("limits") or {}
+    causes = []
+    for res, qty in (resources.get("requests") or {}).items():
+        if not is_extended(res):
+            continue
+        if res not in limits:
+            cause = (f"{path}.resources.limits", "FieldValueRequired",
+                     "Required value: Limit must be set for non overcommitable resources")
+        elif parse_quantity(qty) != parse_quantity(limits[res]):
+            cause = (f"{path}.resources.requests", "FieldValueInvalid",
+                     f'Invalid value: "{qty}": must be equal to {res} limit of {limits[res]}')
+        else:
+            continue
+        if cause not in causes:
+            causes.append(cause)
     return causes
 
 

@@ -36,6 +36,7 @@ from hami_sim.launch import (START_TIMEOUT_S, read_first_line, start_apiserver, 
 READY_TIMEOUT_S = 45.0
 USER_TOKEN = "hami-sim-user"
 Step = Callable[[str], None]
+AGENT = [sys.executable, "-m", "hami_node.plugin.cli"]
 
 
 class ClusterError(RuntimeError):
@@ -84,9 +85,10 @@ def tail(path: Path, lines: int = 15) -> str:
 class SimNode:
     """One GPU node: simulated GPUs, the shim installed, a kubelet double and hami-node."""
 
-    def __init__(self, spec: NodeSpec, root: Path, apiserver, base_env: dict):
+    def __init__(self, spec: NodeSpec, root: Path, apiserver, base_env: dict,
+                 plugin_dir: Optional[Path] = None):
         self.spec, self.name, self.root = spec, spec.name, root
-        self.plugin_dir = root / "dp"           # short: plugin sockets live here
+        self.plugin_dir = plugin_dir or root / "dp"    # short: plugin sockets live here
         self.shim_dir = root / "vgpu"
         self.state_dir = root / "gpu-state"
         self.record_dir = root / "kubelet-records"
@@ -105,37 +107,49 @@ class SimNode:
 
     def start(self) -> None:
         """Installs the shim, starts the kubelet double and the agent (does not wait for it)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        agent = [sys.executable, "-m", "hami_node.plugin.cli"]
-        done = subprocess.run(agent + ["install-shim", "--shim-host-dir", str(self.shim_dir)],
-                              env=self.env, capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
-            raise ClusterError(f"{self.name}: hami-node install-shim failed: "
-                               f"{done.stderr.strip()[-1000:]}")
+        self.install_shim()
         kubelet_log = open(self.kubelet_log, "a", buffering=1)
         self._logs.append(kubelet_log)
         self.kubelet = start_kubelet(self.name, self.plugin_dir, self._apiserver,
                                      record_dir=self.record_dir, sync_interval=0.2,
                                      retry_base=0.5, retry_max=5,
                                      log=lambda m: kubelet_log.write(m + "\n"))
+        self.start_agent(self._apiserver.kubeconfig)
+
+    def install_shim(self) -> None:
+        """`hami-node install-shim` into this node's shim folder."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(AGENT + ["install-shim", "--shim-host-dir", str(self.shim_dir)],
+                              env=self.env, capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise ClusterError(f"{self.name}: hami-node install-shim failed: "
+                               f"{done.stderr.strip()[-1000:]}")
+
+    def start_agent(self, kubeconfig, extra_args=()) -> None:
+        """Starts hami-node against the API server of kubeconfig (does not wait for it)."""
         agent_log = open(self.agent_log, "ab")
         self._logs.append(agent_log)
         self.agent = subprocess.Popen(
-            agent + ["--node-name", self.name, "--device-plugin-dir", str(self.plugin_dir),
-                     "--kubeconfig", str(self._apiserver.kubeconfig),
+            AGENT + ["--node-name", self.name, "--device-plugin-dir", str(self.plugin_dir),
+                     "--kubeconfig", str(kubeconfig),
                      "--shim-host-dir", str(self.shim_dir), "--metrics-address", "127.0.0.1:0",
-                     "--device-split-count", str(self.spec.split), "--annotation-interval", "1"],
+                     "--device-split-count", str(self.spec.split), "--annotation-interval", "1",
+                     *extra_args],
             stdout=subprocess.PIPE, stderr=agent_log, text=True, start_new_session=True,
             **child_options(self.env))        # the agent ends when the demo does
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
-        """Waits for the agent's `ready` line and for kubelet to see every virtual device."""
+    def read_ready_line(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Waits for the agent's `ready` line; notes its metrics URL."""
         line = read_first_line(self.agent, timeout)
         if not line.startswith("ready "):
             raise ClusterError(f"{self.name}: hami-node did not start (first line {line!r}); "
                                f"its log ends:\n{tail(self.agent_log)}")
         fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
         self.metrics_url = fields.get("metrics", "")
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Waits for the agent's `ready` line and for kubelet to see every virtual device."""
+        self.read_ready_line(timeout)
         devices = self.spec.split * len(self.spec.gpus)
         try:
             self.kubelet.kubelet.wait_registered(C.RESOURCE_GPU, devices=devices, timeout=timeout)
@@ -177,6 +191,17 @@ def published_gpus(node: dict) -> list:
         return node_register.decode(value)
     except HamiFormatError:
         return []
+
+
+def control_nodes(control) -> int:
+    """How many GPU nodes hami-control's view holds (its /metrics; 0 when unanswered)."""
+    status, body = control.client.request("GET", "/metrics")
+    if status != 200:
+        return 0
+    for line in body.decode().splitlines():
+        if line.startswith("hami_control_nodes "):
+            return int(float(line.split()[1]))
+    return 0
 
 
 class SimCluster:
@@ -265,13 +290,7 @@ class SimCluster:
             time.sleep(0.1)
 
     def _control_nodes(self) -> int:
-        status, body = self.control.client.request("GET", "/metrics")
-        if status != 200:
-            return 0
-        for line in body.decode().splitlines():
-            if line.startswith("hami_control_nodes "):
-                return int(float(line.split()[1]))
-        return 0
+        return control_nodes(self.control)
 
     def _stop_control(self) -> None:
         self.control.stop()

@@ -20,7 +20,8 @@ from typing import List, Optional
 from hami_sim.demo.cli import EXIT_BROKEN, EXIT_OK, EXIT_USAGE, run_command, signals_deferred
 
 POD_COLUMNS = "NAME:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName"
-USAGE = "usage: hami-sim cluster up [--workdir DIR] [--kubeconfig-out FILE] [--with-examples]"
+USAGE = ("usage: hami-sim cluster up [--real] [--workdir DIR] [--kubeconfig-out FILE] "
+         "[--with-examples]")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -32,6 +33,10 @@ def parser() -> argparse.ArgumentParser:
                         "temporary folder removed at exit")
     p.add_argument("--kubeconfig-out", metavar="FILE",
                    help="also copy the kubeconfig there (e.g. ./kubeconfig)")
+    p.add_argument("--real", action="store_true",
+                   help="a real Kubernetes cluster (etcd, kube-apiserver, kube-scheduler, "
+                        "kubelet, containerd) instead of the doubles; the first run builds it "
+                        "(tools/k8s/build.sh, about 25 min on 2 cores); needs root")
     p.add_argument("--with-examples", action="store_true",
                    help="submit the example pods of examples/ once the cluster is up")
     p.add_argument("--examples", metavar="DIR", help="folder of example pods (--with-examples)")
@@ -72,8 +77,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"hami-sim cluster: unknown action {argv[0]!r}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
     args = parser().parse_args(argv[1:])
+    body = serve
+    if args.real:
+        from hami_sim.realcluster.cli import serve_real as body
     return run_command("hami-sim cluster up", args.examples,
-                       lambda ex, rep: serve(args, ex, rep),
+                       lambda ex, rep: body(args, ex, rep),
                        "stopped: everything `cluster up` started has been stopped", EXIT_OK,
                        with_examples=args.with_examples)
 
@@ -94,13 +102,7 @@ def serve(args, examples, reporter) -> int:
             kubeconfig = Path(args.kubeconfig_out).resolve()
         reporter.line(hints(kubeconfig, cluster.root))
         submit_examples(cluster, examples, reporter)
-        while True:
-            problems = cluster.problems()
-            if problems:
-                reporter.line(f"hami-sim cluster up: {'; '.join(problems)}\n(logs under "
-                              f"{cluster.root}; stopping everything)")
-                return EXIT_BROKEN
-            time.sleep(1.0)
+        return watch_until_broken(cluster, reporter, "hami-sim cluster up", cluster.root)
     except ClusterError as e:
         reporter.line(f"hami-sim cluster up: {e}")
         return EXIT_BROKEN
@@ -109,6 +111,17 @@ def serve(args, examples, reporter) -> int:
             for loop in reversed(loops):
                 loop.stop()
             cluster.stop()
+
+
+def watch_until_broken(cluster, reporter, prog: str, logs) -> int:
+    """Checks the cluster every second; EXIT_BROKEN, having said why, once a piece died."""
+    while True:
+        problems = cluster.problems()
+        if problems:
+            reporter.line(f"{prog}: {'; '.join(problems)}\n(logs under {logs}; stopping "
+                          "everything)")
+            return EXIT_BROKEN
+        time.sleep(1.0)
 
 
 def start_loops(cluster, reporter) -> list:

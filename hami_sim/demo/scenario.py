@@ -59,6 +59,25 @@ def pod_gpus(pod: dict) -> list:
         return []
 
 
+def checked(outcomes: list, denied: dict) -> list:
+    """The outcomes, each with its checks (a pod not admitted fails `admitted`)."""
+    by_name = {p.name: p for p in outcomes}
+    for pod in outcomes:
+        pod.checks = ([Check("admitted", False, denied[pod.name])] if pod.name in denied
+                      else evaluate(pod, by_name))
+    return outcomes
+
+
+def new_outcome(ex, types: dict, index: dict, denied: dict) -> PodOutcome:
+    """An example's outcome before anything is read of its pod (phase Denied if it was not
+    admitted)."""
+    out = PodOutcome(ex.name, ex.namespace, ex.expectation, ex.shows, gpu_types=types,
+                     gpu_index=index)
+    if ex.name in denied:
+        out.phase = "Denied"
+    return out
+
+
 class Scenario:
     """One run of the examples on a cluster (see run_scenario)."""
 
@@ -158,20 +177,11 @@ class Scenario:
     # Outcomes -----------------------------------------------------------------------------
 
     def _collect(self) -> list:
-        outcomes = [self._outcome(ex) for ex in self.examples]
-        by_name = {p.name: p for p in outcomes}
-        for pod in outcomes:
-            if pod.name in self.denied:
-                pod.checks = [Check("admitted", False, self.denied[pod.name])]
-            else:
-                pod.checks = evaluate(pod, by_name)
-        return outcomes
+        return checked([self._outcome(ex) for ex in self.examples], self.denied)
 
     def _outcome(self, ex) -> PodOutcome:
-        out = PodOutcome(ex.name, ex.namespace, ex.expectation, ex.shows,
-                         gpu_types=self.types, gpu_index=self.index)
-        if ex.name in self.denied:
-            out.phase = "Denied"
+        out = new_outcome(ex, self.types, self.index, self.denied)
+        if out.phase == "Denied":
             return out
         attempt = self.scheduler.last_attempt(ex.namespace, ex.name)
         if attempt is not None and not attempt.scheduled:

@@ -99,7 +99,32 @@ INVALID = [
      "spec.containers[0].resources.limits[cpu]"),
     ("bad-label", {"metadata": {"name": "ok", "labels": {"a": "not valid!"}}},
      "metadata.labels"),
+    ("extended-request-without-limit", {"metadata": {"name": "ok"}, "spec": {"containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}},
+     "spec.containers[0].resources.limits"),
+    ("extended-request-not-limit", {"metadata": {"name": "ok"}, "spec": {"containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpumem": "512"},
+                                                  "limits": {"nvidia.com/gpumem": "1024"}}}]}},
+     "spec.containers[0].resources.requests"),
 ]
+
+
+def test_extended_resources_need_equal_limits_as_the_real_server_says(core_v1):
+    """The real API server's messages (tests/k8s/test_admission_real.py checks them there):
+    extended resources cannot be overcommitted."""
+    def refused(resources):
+        with pytest.raises(ApiException) as exc:
+            core_v1.create_namespaced_pod("default", pod_body("x", containers=[
+                {"name": "c", "image": "x", "resources": resources}]))
+        assert exc.value.status == 422
+        return status_of(exc.value)["message"]
+    assert refused({"requests": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1024"}}) == (
+        'Pod "x" is invalid: spec.containers[0].resources.limits: Required value: Limit must '
+        'be set for non overcommitable resources')
+    assert refused({"requests": {"nvidia.com/gpumem": "512"},
+                    "limits": {"nvidia.com/gpumem": "1024"}}).endswith(
+        'spec.containers[0].resources.requests: Invalid value: "512": must '
+        'be equal to nvidia.com/gpumem limit of 1024')
 
 
 @pytest.mark.parametrize("body,field", [(b, f) for _, b, f in INVALID],

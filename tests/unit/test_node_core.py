@@ -143,6 +143,13 @@ def test_plan_for_a_two_gpu_container(tmp_path):
         "/dev/nvidia0"]
     assert answer.limits == ((B, 3000, 30), (A, 81920, 5))
     assert answer.warnings == ()
+    # passDeviceSpecs false: the device nodes are left to the toolkit (real containerd refuses
+    # a container whose device node does not exist); mounts and environment unchanged.
+    from hami_node.plugin.service import container_response
+    assert len(container_response(answer).devices) == 5
+    without = container_response(answer, device_specs=False)
+    assert list(without.devices) == [] and dict(without.envs) == answer.envs
+    assert len(without.mounts) == 3
 
 
 @pytest.mark.parametrize("ids,entry,message", [

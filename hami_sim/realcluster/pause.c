@@ -1,0 +1,16 @@
+/* The pods' sandbox process (what the pause image runs): sleeps as PID 1 of the pod's
+ * namespaces until told to stop, and reaps orphans so none stays a zombie. */
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void stop(int sig) { (void)sig; _exit(0); }
+static void reap(int sig) { (void)sig; while (waitpid(-1, NULL, WNOHANG) > 0) {} }
+
+int main(void) {
+    signal(SIGINT, stop);
+    signal(SIGTERM, stop);
+    signal(SIGCHLD, reap);
+    for (;;) pause();
+}

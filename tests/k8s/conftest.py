@@ -1,0 +1,42 @@
+"""Real Kubernetes tier: hami-py in a real one-machine cluster (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler with deploy/'s configuration, containerd + runc +
+kubelet), hami-control and hami-node with deploy/'s RBAC, over simulated GPUs.
+
+One cluster for the whole session. `make test` builds the components first (the first time
+about 25 minutes on two cores, then cached under ~/.cache/hami-py/k8s); run directly, the
+fixture builds them. Needs root (kubelet, containerd), as our machines and CI run.
+"""
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+
+from hami_sim.demo.report import Reporter
+from hami_sim.realcluster.cluster import RealCluster
+
+# Starting the cluster (and, on a fresh machine run without make, building it) happens in the
+# first test's setup; later tests are quick.
+START_TIMEOUT_S = 3600
+
+
+class StepLog(io.StringIO):
+    """What the cluster reported while starting (shown when a test fails)."""
+
+
+@pytest.fixture(scope="session")
+def real_cluster():
+    """The real cluster, started once for the session and stopped at its end."""
+    if os.geteuid() != 0:
+        pytest.fail("tests/k8s runs kubelet and containerd, which need root (our machines and "
+                    "CI run as root); run `sudo make test`")
+    out = StepLog()
+    reporter = Reporter(out, tty=False)
+    cluster = RealCluster(step=reporter.step)
+    cluster.reporter = reporter
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

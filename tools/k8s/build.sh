@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes components from their Go modules with the machine's Go, cached
+# outside the repository under ${HAMI_K8S_CACHE:-~/.cache/hami-py/k8s}/<version>/bin.
+#   bash tools/k8s/build.sh            build everything missing
+#   bash tools/k8s/build.sh kubectl    build one component; its absolute path is the last line
+# Progress goes to stderr; a second run finds the binaries and costs nothing.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+
+ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+cache=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/$K8S_VERSION
+bin=$cache/bin
+log() { echo "[k8s-build $(date -u +%H:%M:%S)] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+command -v go >/dev/null || die "go is not on PATH (Go 1.24 or newer builds Kubernetes $K8S_VERSION)"
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=${CGO_ENABLED:-0}
+
+# A scratch module that requires k8s.io/kubernetes; its staging modules (k8s.io/api, ...) are
+# required as v0.0.0 and replaced by ./staging paths upstream, so we replace them with the
+# published v0.<minor>.<patch> tags instead.
+k8s_module() {
+  local dir=$cache/src/k8s
+  [ -f "$dir/.ready" ] && { echo "$dir"; return; }
+  mkdir -p "$dir"
+  log "resolving k8s.io/kubernetes v$K8S_VERSION (module download, a few minutes the first time)"
+  local gomod staging=v0.${K8S_VERSION#1.}
+  gomod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" \
+          | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')
+  [ -f "$gomod" ] || die "could not download k8s.io/kubernetes@v$K8S_VERSION's go.mod"
+  {
+    echo "module hami-py/k8s-build"
+    echo "go 1.24"
+    echo "require k8s.io/kubernetes v$K8S_VERSION"
+    grep -E '^\s*k8s\.io/[a-z0-9-]+ => \./staging/' "$gomod" \
+      | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+  } >"$dir/go.mod"
+  local cmds=() c
+  for c in kubectl kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+    cmds+=("k8s.io/kubernetes/cmd/$c@v$K8S_VERSION")
+  done
+  (cd "$dir" && nice -n 10 go get "${cmds[@]}") >&2 \
+     || die "go get of k8s.io/kubernetes v$K8S_VERSION failed (see above)"
+  touch "$dir/.ready"
+  echo "$dir"
+}
+
+etcd_module() {
+  local dir=$cache/src/etcd
+  [ -f "$dir/.ready" ] && { echo "$dir"; return; }
+  mkdir -p "$dir"
+  log "resolving go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
+  printf 'module hami-py/etcd-build\ngo 1.24\n' >"$dir/go.mod"
+  (cd "$dir" && nice -n 10 go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION") >&2 \
+     || die "go get of go.etcd.io/etcd/server/v3 v$ETCD_VERSION failed (see above)"
+  touch "$dir/.ready"
+  echo "$dir"
+}
+
+build_one() {
+  local name=$1 dir pkg ldflags="-s -w"
+  [ -x "$bin/$name" ] && { log "$name v$K8S_VERSION cached"; return; }
+  mkdir -p "$bin"
+  if [ "$name" = etcd ]; then
+    dir=$(etcd_module); pkg=go.etcd.io/etcd/server/v3
+  else
+    dir=$(k8s_module); pkg=k8s.io/kubernetes/cmd/$name
+    # Without these the binaries report v0.0.0-master, which version checks and skew warnings read.
+    local v minor
+    minor=$(cut -d. -f2 <<<"$K8S_VERSION")
+    for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $v.gitVersion=v$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor"
+      ldflags+=" -X $v.gitTreeState=clean"
+    done
+  fi
+  log "building $name ($pkg) ..."
+  local t0=$SECONDS
+  (cd "$dir" && nice -n 10 go build -trimpath -ldflags="$ldflags" -o "$bin/$name.tmp" "$pkg") >&2 \
+    || die "go build of $pkg failed (see above)"
+  mv "$bin/$name.tmp" "$bin/$name"
+  log "built $name in $((SECONDS - t0)) s"
+}
+
+[ $# -eq 0 ] && set -- "${ALL[@]}"
+for name in "$@"; do
+  [[ " ${ALL[*]} " == *" $name "* ]] || die "unknown component '$name' (one of: ${ALL[*]})"
+done
+# One build at a time per version (make and a test session may both ask).
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
+start=$SECONDS
+for name in "$@"; do build_one "$name"; done
+[ $((SECONDS - start)) -gt 5 ] && log "done in $((SECONDS - start)) s"
+echo "$bin/${*: -1}"

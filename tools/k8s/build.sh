@@ -9,7 +9,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 
-ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet helm)
 cache=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/$K8S_VERSION
 bin=$cache/bin
 log() { echo "[k8s-build $(date -u +%H:%M:%S)] $*" >&2; }
@@ -59,11 +59,30 @@ etcd_module() {
   echo "$dir"
 }
 
+helm_module() {
+  local dir=$cache/src/helm-$HELM_VERSION
+  [ -f "$dir/.ready" ] && { echo "$dir"; return; }
+  mkdir -p "$dir"
+  log "resolving helm.sh/helm/v3 v$HELM_VERSION"
+  printf 'module hami-py/helm-build\ngo 1.24\n' >"$dir/go.mod"
+  (cd "$dir" && nice -n 10 go get "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION") >&2 \
+     || die "go get of helm.sh/helm/v3 v$HELM_VERSION failed (see above)"
+  touch "$dir/.ready"
+  echo "$dir"
+}
+
+# helm is keyed by its own version (its binary carries it in the name).
+target() { [ "$1" = helm ] && echo "$bin/helm-$HELM_VERSION" || echo "$bin/$1"; }
+
 build_one() {
-  local name=$1 dir pkg ldflags="-s -w"
-  [ -x "$bin/$name" ] && { log "$name v$K8S_VERSION cached"; return; }
+  local name=$1 dir pkg ldflags="-s -w" out
+  out=$(target "$name")
+  [ -x "$out" ] && { log "$name cached"; return; }
   mkdir -p "$bin"
-  if [ "$name" = etcd ]; then
+  if [ "$name" = helm ]; then
+    dir=$(helm_module); pkg=helm.sh/helm/v3/cmd/helm
+    ldflags+=" -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+  elif [ "$name" = etcd ]; then
     dir=$(etcd_module); pkg=go.etcd.io/etcd/server/v3
   else
     dir=$(k8s_module); pkg=k8s.io/kubernetes/cmd/$name
@@ -77,9 +96,9 @@ build_one() {
   fi
   log "building $name ($pkg) ..."
   local t0=$SECONDS
-  (cd "$dir" && nice -n 10 go build -trimpath -ldflags="$ldflags" -o "$bin/$name.tmp" "$pkg") >&2 \
+  (cd "$dir" && nice -n 10 go build -trimpath -ldflags="$ldflags" -o "$out.tmp" "$pkg") >&2 \
     || die "go build of $pkg failed (see above)"
-  mv "$bin/$name.tmp" "$bin/$name"
+  mv "$out.tmp" "$out"
   log "built $name in $((SECONDS - t0)) s"
 }
 
@@ -94,4 +113,4 @@ flock 9
 start=$SECONDS
 for name in "$@"; do build_one "$name"; done
 [ $((SECONDS - start)) -gt 5 ] && log "done in $((SECONDS - start)) s"
-echo "$bin/${*: -1}"
+target "${*: -1}"

@@ -14,18 +14,14 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from hami_control.launch import start_control
 from hami_sim.extender_client import JsonHttp
 from hami_sim.launch import start_apiserver
+from hami_sim.replay import catalog
 from hami_sim.replay.arrivals import arrivals
 from hami_sim.replay.http_placer import pod_manifest, publish_nodes
 from hami_sim.replay.trace import load_nodes, load_pods
-
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "openb"
-if not TRACES.exists():
-    TRACES = Path("/work/shared/traces/openb")
 
 
 def percentile(values, q: float) -> float:
@@ -36,14 +32,14 @@ def percentile(values, q: float) -> float:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", default=str(TRACES / "openb_node_list_gpu_node.csv"))
-    p.add_argument("--pod-list", default=str(TRACES / "openb_pod_list_default.csv"))
+    catalog.add_arguments(p, "--pod-list")
     p.add_argument("--pods", type=int, default=0,
                    help="filter only the first N arrivals (default: all, ~10,800 for seed 42)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--policy", default="fragaware")
     args = p.parse_args(argv)
-    nodes, pods = load_nodes(args.nodes), load_pods(args.pod_list)
+    nodes_csv, pods_csv = catalog.resolve(args, "pod_list")
+    nodes, pods = load_nodes(nodes_csv), load_pods(pods_csv)
     sequence = arrivals(pods, sum(n.gpus for n in nodes), args.seed)[:args.pods or None]
     apiserver = start_apiserver(process=True, extra_args=["--watch-queue", "100000"])
     control = None

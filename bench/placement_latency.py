@@ -5,7 +5,7 @@ Loads the cluster to a given share of arrived demand with the trace's own pods, 
 decisions on the loaded cluster for a pod shape never seen before (cold: every node evaluated)
 and the same pod again (warm), with and without explanations of refused nodes.
 
-    python bench/placement_latency.py --nodes NODES.csv --pods PODS.csv [--load 90]
+    python bench/placement_latency.py [--pods default|PODS.csv] [--nodes CSV] [--load 90]
 """
 import argparse
 import statistics
@@ -14,6 +14,7 @@ import time
 
 from hami_common.request import parse_pod
 from hami_control.placement import Engine, PlacementConfig
+from hami_sim.replay import catalog
 from hami_sim.replay.arrivals import arrivals
 from hami_sim.replay.run import InProcessPlacer, cluster_view
 from hami_sim.replay.trace import TracePod, load_nodes, load_pods
@@ -27,12 +28,12 @@ def _percentile(values, q):
 def main(argv=None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", required=True)
-    parser.add_argument("--pods", required=True)
+    catalog.add_arguments(parser)
     parser.add_argument("--load", type=float, default=90.0,
                         help="arrived demand (%% of GPUs) to load the cluster to")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
+    args.nodes, args.pods = catalog.resolve(args)
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
     gpus = sum(n.gpus for n in nodes)
     view = cluster_view(nodes)

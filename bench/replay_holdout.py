@@ -4,7 +4,7 @@ Builds synthetic pod lists from the same cluster's pods (more or fewer sharing p
 multi-GPU pods, more model-constrained pods, heavier CPU-only pods, sub-samples) and replays
 them with fresh seeds, printing the allocation at 100% arrived demand per policy.
 
-    python bench/replay_holdout.py --nodes NODES.csv --pods openb_pod_list_default.csv \\
+    python bench/replay_holdout.py [--trace openb] [--pods default] [--nodes CSV] \\
         [--seeds 100-102] [--policies fgd,fragaware] [--mixes all]
 """
 import argparse
@@ -15,6 +15,7 @@ import statistics
 import sys
 import tempfile
 
+from hami_sim.replay import catalog
 from hami_sim.replay.cli import parse_seeds, run_seeds
 from hami_sim.replay.trace import load_nodes, load_pods
 
@@ -88,13 +89,13 @@ def _write(path: str, pods) -> None:
 def main(argv=None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", required=True)
-    parser.add_argument("--pods", required=True)
+    catalog.add_arguments(parser)
     parser.add_argument("--seeds", default="100-102")
     parser.add_argument("--policies", default="fgd,fragaware")
     parser.add_argument("--mixes", default="all")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args(argv)
+    args.nodes, args.pods = catalog.resolve(args)
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
     mixes = _mixes(pods, nodes, random.Random(7))
     wanted = list(mixes) if args.mixes == "all" else args.mixes.split(",")

@@ -2,7 +2,6 @@
 examples, Ctrl-C clean-up) and `hami-sim cluster up` (a pod created through the API server is
 routed through the webhook, scheduled, run; Ctrl-C stops everything)."""
 import json
-import shutil
 import signal
 import subprocess
 import time
@@ -98,14 +97,36 @@ def test_cluster_up_admits_schedules_and_runs_a_users_pod(command, tmp_path):
     assert processes_mentioning(workdir) == []
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-def test_cluster_up_answers_kubectl(command, tmp_path):
+def test_cluster_up_answers_kubectl(command, tmp_path, kubectl_binary):
     kubeconfig = tmp_path / "kubeconfig"
     up = command("cluster", "up", "--kubeconfig-out", str(kubeconfig))
     up.wait_for("Ctrl-C stops everything", 60)
-    done = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-o",
-                           "name"], capture_output=True, text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["node/node-a", "node/node-b"]
+
+    def kubectl(*args) -> str:
+        done = subprocess.run([kubectl_binary, "--kubeconfig", str(kubeconfig), *args],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    nodes = [line.split() for line in kubectl("get", "nodes").splitlines()]
+    assert nodes[0] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert [(n[0], n[1]) for n in nodes[1:]] == [("node-a", "Ready"), ("node-b", "Ready")]
+    manifest = tmp_path / "pod.json"
+    manifest.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "from-kubectl"},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "ghcr.io/hami-py/hami-py:0.1.0",
+            "command": ["python3", "-c", "print('hello')"],
+            "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "512"}}}]}}))
+    kubectl("apply", "--validate=false", "-f", str(manifest))
+    deadline, row = time.monotonic() + 30, {}
+    while time.monotonic() < deadline and row.get("STATUS") != "Completed":
+        lines = kubectl("get", "pod", "from-kubectl", "-o", "wide").splitlines()
+        header = lines[0].replace("NOMINATED NODE", "NOMINATED-NODE").replace(
+            "READINESS GATES", "READINESS-GATES").split()
+        row = dict(zip(header, lines[1].split()))
+        time.sleep(0.2)
+    assert row.get("STATUS") == "Completed", row          # the pod's status, as kubectl shows it
+    assert row["READY"] == "0/1" and row["NODE"] in ("node-a", "node-b")
     up.proc.send_signal(signal.SIGTERM)
     assert up.finish(timeout=30) == 0

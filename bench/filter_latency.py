@@ -5,6 +5,10 @@ way node agents do (register annotation, allocatable GPUs), creates pods from th
 seeded arrival order, and times kube-scheduler's filter call for each (NodeNames: every node,
 as nodeCacheCapable sends them). Prints the figures as name=value lines.
 
+Reference measured in the same run: the same pods placed in-process (parse, place, reserve in
+a cluster view, as `hami-sim replay` does), so the HTTP filter is also a multiple of the
+decision it wraps.
+
     python bench/filter_latency.py [--pods N] [--seed 42] [--policy fragaware]
 """
 from __future__ import annotations
@@ -21,13 +25,24 @@ from hami_sim.launch import start_apiserver
 from hami_sim.replay import catalog
 from hami_sim.replay.arrivals import arrivals
 from hami_sim.replay.http_placer import pod_manifest, publish_nodes
+from hami_sim.replay.run import InProcessPlacer, cluster_view
 from hami_sim.replay.trace import load_nodes, load_pods
+
+from benchlib import print_machine, ratio
 
 
 def percentile(values, q: float) -> float:
     """The q-th percentile (nearest rank) of values."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered))) - 1))]
+
+
+def in_process_ms(nodes, pods, sequence, policy: str, seed: int) -> list:
+    """Per-pod ms of the same arrivals placed in-process on the same nodes."""
+    placer = InProcessPlacer(cluster_view(nodes), policy, seed, pods)
+    for i, trace_pod in enumerate(sequence):
+        placer.place(trace_pod.pod_object(name=f"pod-{i}"))
+    return [d * 1000 for d in placer.durations]
 
 
 def main(argv=None) -> int:
@@ -68,12 +83,19 @@ def main(argv=None) -> int:
             control.stop()
         apiserver.stop()
     ms = [d * 1000 for d in durations]
+    local = in_process_ms(nodes, pods, sequence, args.policy, args.seed)
+    print_machine()
     print(f"{len(ms)} filter calls over {len(names)} nodes ({placed} placed), seed {args.seed}, "
           f"policy {args.policy}, {wall:.1f} s")
     print(f"filter_p50_ms={percentile(ms, 50):.2f}")
     print(f"filter_p99_ms={percentile(ms, 99):.2f}")
     print(f"filter_mean_ms={statistics.fmean(ms):.2f}")
     print(f"filter_max_ms={max(ms):.2f}")
+    print(f"in_process_p50_ms={percentile(local, 50):.3f}")
+    ratio("filter_p50", percentile(ms, 50), percentile(local, 50), "over HTTP",
+          "in-process (parse + place + reserve)", " ms")
+    ratio("filter_p99", percentile(ms, 99), percentile(local, 99), "over HTTP", "in-process",
+          " ms")
     print(json.dumps({"filter_p50_ms": round(percentile(ms, 50), 3),
                       "filter_p99_ms": round(percentile(ms, 99), 3), "pods": len(ms),
                       "nodes": len(names), "seed": args.seed, "policy": args.policy}))

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     print_machine()
     summaries = _summaries(args)
     compare(summaries, args.baseline)
-    title = args.title or os.path.basename(args.pods or summaries[0].get("pods_file", ""))
+    title = args.title or os.path.basename(summaries[0].get("pods_file") or args.pods)
     plot(summaries, args.out, title)
     return 0
 

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+from kubernetes.client.rest import ApiException
 
 from e2ehelpers import EXAMPLES, processes_mentioning, workdir_of
 
@@ -58,7 +58,15 @@ def _wait_phase(v1, name: str, phases, timeout: float) -> dict:
     deadline = time.monotonic() + timeout
     pod = {}
     while time.monotonic() < deadline:
-        pod = json.loads(v1.read_namespaced_pod(name, "default", _preload_content=False).data)
+        try:
+            pod = json.loads(v1.read_namespaced_pod(name, "default", _preload_content=False).data)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            # The admission loop deletes a mutated pod and re-creates it under the same name:
+            # for a moment there is none.
+            time.sleep(0.1)
+            continue
         if (pod.get("status") or {}).get("phase") in phases:
             return pod
         time.sleep(0.1)

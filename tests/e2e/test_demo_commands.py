@@ -110,9 +110,11 @@ def test_cluster_up_answers_kubectl(command, tmp_path, kubectl_binary):
     up = command("cluster", "up", "--kubeconfig-out", str(kubeconfig))
     up.wait_for("Ctrl-C stops everything", 60)
 
-    def kubectl(*args) -> str:
+    def kubectl(*args, missing_ok=False) -> str:
         done = subprocess.run([kubectl_binary, "--kubeconfig", str(kubeconfig), *args],
                               capture_output=True, text=True, timeout=30)
+        if missing_ok and done.returncode and "NotFound" in done.stderr:
+            return ""       # between the admission loop's delete and re-create of the pod
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -129,7 +131,9 @@ def test_cluster_up_answers_kubectl(command, tmp_path, kubectl_binary):
     kubectl("apply", "--validate=false", "-f", str(manifest))
     deadline, row = time.monotonic() + 30, {}
     while time.monotonic() < deadline and row.get("STATUS") != "Completed":
-        lines = kubectl("get", "pod", "from-kubectl", "-o", "wide").splitlines()
+        lines = kubectl("get", "pod", "from-kubectl", "-o", "wide", missing_ok=True).splitlines()
+        if not lines:
+            continue
         header = lines[0].replace("NOMINATED NODE", "NOMINATED-NODE").replace(
             "READINESS GATES", "READINESS-GATES").split()
         row = dict(zip(header, lines[1].split()))

@@ -30,7 +30,8 @@ int main(int argc, char **argv) {
     fn_t init = (fn_t)dlsym(lib, "cuInit"), get = (fn_t)dlsym(lib, "cuDeviceGet"),
          create = (fn_t)dlsym(lib, "cuCtxCreate_v2"), load = (fn_t)dlsym(lib, "cuModuleLoadData"),
          func = (fn_t)dlsym(lib, "cuModuleGetFunction"), launch = (fn_t)dlsym(lib, "cuLaunchKernel"),
-         sync = (fn_t)dlsym(lib, "cuCtxSynchronize"), ctxdev = (fn_t)dlsym(lib, "cuCtxGetDevice");
+         sync = (fn_t)dlsym(lib, "cuCtxSynchronize"),
+         ctxdev = (fn_t)dlsym(lib, "cuCtxGetDevice");
     int dev; void *ctx, *mod, *f; uint64_t ns = 0; void *params[] = {&ns};
     if (init(0) || get(&dev, 0) || create(&ctx, 0, dev) || load(&mod, "x") || func(&f, mod, "spin"))
         return 2;

@@ -29,8 +29,8 @@ from .launch import (RunningApiServer, RunningKubelet, short_tempdir, start_apis
                      start_kubelet)
 
 __all__ = ["pod_manifest", "wait_for", "apiserver", "apiserver_process", "kube_api_client",
-           "core_v1", "kubeconfig_file", "plugin_dir", "kubelet", "kubectl_binary", "start_apiserver",
-           "start_kubelet", "RunningApiServer", "RunningKubelet"]
+           "core_v1", "kubeconfig_file", "plugin_dir", "kubelet", "kubectl_binary",
+           "start_apiserver", "start_kubelet", "RunningApiServer", "RunningKubelet"]
 
 
 def pod_manifest(name: str, containers=None, namespace=None, **meta) -> dict:

@@ -82,7 +82,8 @@ def test_pod_columns_and_cells(apiserver, core_v1, kube_api_client):
         "conditions": [{"type": "Ready", "status": "True"},
                        {"type": "example.com/gate", "status": "True"}],
         "containerStatuses": [
-            {"name": "a", "image": "img", "imageID": "", "ready": True, "restartCount": 3, "state": {"running": {}},
+            {"name": "a", "image": "img", "imageID": "", "ready": True, "restartCount": 3,
+             "state": {"running": {}},
              "lastState": {"terminated": {"exitCode": 1, "finishedAt": "2020-01-01T00:00:00Z"}}},
             {"name": "b", "image": "img", "imageID": "", "ready": False, "restartCount": 0,
              "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}})

@@ -35,9 +35,15 @@ NAME = Column("Name", "Name of the object, unique within its namespace.", format
 AGE = Column("Age", "Time since the object was created (metadata.creationTimestamp).")
 
 
-def _pod_ready_and_reason(pod: dict) -> tuple[int, int, str, int]:
-    """(ready containers, containers, the STATUS reason, restarts) of a pod, following the
-    printer: init containers first, then the containers from the last one backwards."""
+def _finished_at(cs: dict) -> str:
+    """When a container's last run ended ("" if it has not restarted); RFC 3339 strings in
+    UTC compare in time order."""
+    return ((cs.get("lastState") or {}).get("terminated") or {}).get("finishedAt") or ""
+
+
+def _pod_ready_and_reason(pod: dict) -> tuple[int, int, str, int, str]:
+    """(ready containers, containers, the STATUS reason, restarts, last restart) of a pod,
+    following the printer: init containers first, then the containers from the last one."""
     spec, status = pod.get("spec") or {}, pod.get("status") or {}
     init_specs = {c.get("name"): c for c in spec.get("initContainers") or []}
     sidecars = {n for n, c in init_specs.items() if c.get("restartPolicy") == "Always"}
@@ -47,12 +53,15 @@ def _pod_ready_and_reason(pod: dict) -> tuple[int, int, str, int]:
         if cond.get("type") == "PodScheduled" and cond.get("reason") == "SchedulingGated":
             reason = "SchedulingGated"
     ready = restarts = sidecar_restarts = 0
+    last = sidecar_last = ""
     initializing = False
     init_statuses = status.get("initContainerStatuses") or []
     for i, cs in enumerate(init_statuses):
         restarts += cs.get("restartCount", 0)
+        last = max(last, _finished_at(cs))
         if cs.get("name") in sidecars:
             sidecar_restarts += cs.get("restartCount", 0)
+            sidecar_last = max(sidecar_last, _finished_at(cs))
         state = cs.get("state") or {}
         terminated, waiting = state.get("terminated"), state.get("waiting")
         if terminated and terminated.get("exitCode", 0) == 0:
@@ -71,9 +80,9 @@ def _pod_ready_and_reason(pod: dict) -> tuple[int, int, str, int]:
     initialized = any(c.get("type") == "Initialized" and c.get("status") == "True"
                       for c in status.get("conditions") or [])
     if not initializing or initialized:
-        restarts = sidecar_restarts
-        ready, restarts, reason = _containers(pod, ready, restarts, reason)
-    return ready, total, reason, restarts
+        ready, restarts, reason, last = _containers(pod, ready, sidecar_restarts, reason,
+                                                    sidecar_last)
+    return ready, total, reason, restarts, last
 
 
 def _exit(terminated: dict) -> str:
@@ -81,11 +90,13 @@ def _exit(terminated: dict) -> str:
     return f"Signal:{signal}" if signal else f"ExitCode:{terminated.get('exitCode', 0)}"
 
 
-def _containers(pod: dict, ready: int, restarts: int, reason: str) -> tuple[int, int, str]:
+def _containers(pod: dict, ready: int, restarts: int, reason: str,
+                last: str) -> tuple[int, int, str, str]:
     status = pod.get("status") or {}
     running, error = False, ""
     for cs in reversed(status.get("containerStatuses") or []):
         restarts += cs.get("restartCount", 0)
+        last = max(last, _finished_at(cs))
         state = cs.get("state") or {}
         waiting, terminated = state.get("waiting"), state.get("terminated")
         if waiting and waiting.get("reason"):
@@ -106,29 +117,20 @@ def _containers(pod: dict, ready: int, restarts: int, reason: str) -> tuple[int,
             reason = error
         elif running:
             reason = "NotReady"
-    return ready, restarts, reason
-
-
-def _last_restart(pod: dict) -> str:
-    """The latest finishedAt of a container's last termination (the RESTARTS suffix)."""
-    status = pod.get("status") or {}
-    times = [((cs.get("lastState") or {}).get("terminated") or {}).get("finishedAt")
-             for cs in (status.get("initContainerStatuses") or []) +
-             (status.get("containerStatuses") or [])]
-    return max((t for t in times if t), default="")
+    return ready, restarts, reason, last
 
 
 def pod_row(pod: dict, age: Callable[[str], str]) -> list:
     """NAME READY STATUS RESTARTS AGE | IP NODE NOMINATED-NODE READINESS-GATES."""
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    ready, total, reason, restarts = _pod_ready_and_reason(pod)
+    ready, total, reason, restarts, last = _pod_ready_and_reason(pod)
     if meta.get("deletionTimestamp"):
         if status.get("reason") == "NodeLost":
             reason = "Unknown"
         elif status.get("phase") not in ("Succeeded", "Failed"):
             reason = "Terminating"
     restart_cell = str(restarts)
-    if restarts and (last := _last_restart(pod)):
+    if restarts and last:
         restart_cell = f"{restarts} ({age(last)} ago)"
     ips = status.get("podIPs") or []
     ip = (ips[0].get("ip") if ips else "") or status.get("podIP") or NONE

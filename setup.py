@@ -24,7 +24,8 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["hami_*", "hami_*.*"]),
     package_data={
-        "hami_sim": ["lib/*.so*"],
+        # The shipped traces: `hami-sim replay --trace openb --pods default` reads them here.
+        "hami_sim": ["lib/*.so*", "data/traces/*/*.csv", "data/traces/*/*.md"],
         "hami_node.shim": ["lib/*.so*"],
         "hami_common.deviceplugin": ["*.proto"],
     },

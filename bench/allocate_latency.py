@@ -7,6 +7,9 @@ and then what kubelet does (GetPreferredAllocation, then Allocate), timing the A
 Pods stay on the node, so the last Allocates see N pods there. A second series times the
 lock-less path (the pod found by listing the node's pods).
 
+Reference measured in the same run: the round trip of the cheapest RPC on the same channel
+(GetDevicePluginOptions), so that Allocate is also printed as a multiple of gRPC's own floor.
+
     python bench/allocate_latency.py [--pods 200] [--lockless 50]
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ import grpc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchlib import print_machine, ratio  # noqa: E402
 from hami_common import constants as C  # noqa: E402
 from hami_common import node_lock, pod_devices  # noqa: E402
 from hami_common.deviceplugin import api_pb2, api_pb2_grpc, unix_target  # noqa: E402
@@ -100,6 +104,16 @@ def series(v1, stub, devices: list, prefix: str, count: int, lock: bool, start: 
     return latencies
 
 
+def rpc_floor(stub, count: int) -> list:
+    """Round trips of GetDevicePluginOptions in ms (no work in the agent)."""
+    latencies = []
+    for _ in range(count):
+        began = time.perf_counter()
+        stub.GetDevicePluginOptions(api_pb2.Empty())
+        latencies.append((time.perf_counter() - began) * 1000)
+    return latencies
+
+
 def percentile(values: list, p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -126,8 +140,10 @@ def main() -> int:
         channel = grpc.insecure_channel(unix_target(str(plugin_dir / registered[0].endpoint)))
         stub = api_pb2_grpc.DevicePluginStub(channel)
         devices = [d.ID for d in next(iter(stub.ListAndWatch(api_pb2.Empty()))).devices]
+        floor = rpc_floor(stub, 200)
         locked = series(v1, stub, devices, "locked", args.pods, True, 0)
         lockless = series(v1, stub, devices, "lockless", args.lockless, False, args.pods)
+        floor += rpc_floor(stub, 200)         # before and after: the same load on both
         channel.close()
     finally:
         if agent:
@@ -139,12 +155,16 @@ def main() -> int:
                "allocate_p99_ms": round(percentile(locked, 99), 2),
                "allocate_max_ms": round(max(locked), 2),
                "allocate_lockless_p50_ms": round(statistics.median(lockless), 2),
-               "allocate_lockless_p99_ms": round(percentile(lockless, 99), 2)}
+               "allocate_lockless_p99_ms": round(percentile(lockless, 99), 2),
+               "rpc_floor_p50_ms": round(statistics.median(floor), 3)}
+    print_machine()
     print(f"Allocate with the node lock, {args.pods} pods: p50 {figures['allocate_p50_ms']} ms, "
           f"p99 {figures['allocate_p99_ms']} ms, max {figures['allocate_max_ms']} ms")
     print(f"Allocate without the lock (listing {args.pods}..{figures['pods']} pods on the node): "
           f"p50 {figures['allocate_lockless_p50_ms']} ms, "
           f"p99 {figures['allocate_lockless_p99_ms']} ms")
+    ratio("allocate_p50", statistics.median(locked), statistics.median(floor),
+          "Allocate p50", "GetDevicePluginOptions p50 (the gRPC floor)", " ms")
     for key, value in figures.items():
         print(f"{key}={value}")
     print(json.dumps(figures))

@@ -5,6 +5,10 @@ persistent HTTP/1.1 connections: GET one pod, PATCH a pod's annotations (merge p
 pods with a field selector (100 pods in the namespace), and watch fan-out (W watchers, one
 writer: events delivered per second). Prints one line per figure and a JSON summary.
 
+Reference measured in the same run: the floor of a Python HTTP server on this machine, a
+keep-alive `http.server` process that answers every GET with the same pod's bytes (no routing,
+no store); each figure is also printed as a ratio to that floor's GET rate.
+
     python bench/apiserver_throughput.py [--seconds 3] [--clients 4] [--watchers 20]
 """
 from __future__ import annotations
@@ -13,11 +17,15 @@ import argparse
 import http.client
 import json
 import multiprocessing as mp
+import socket
 import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+from benchlib import print_machine, ratio
 
 POD = {"apiVersion": "v1", "kind": "Pod",
        "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}}
@@ -33,6 +41,38 @@ def start_server() -> tuple[subprocess.Popen, str]:
         proc.kill()
         raise SystemExit(f"the API server did not start: {line!r}")
     return proc, line.split()[1]
+
+
+def _serve_floor(body: bytes, port_out) -> None:
+    # One write per response and TCP_NODELAY, as the double does: otherwise Nagle and delayed
+    # ACKs, not the server, set the rate.
+    response = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    class Fixed(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self):
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def do_GET(self):  # noqa: N802 (the base class's naming)
+            self.wfile.write(response)
+
+        def log_message(self, *args):
+            pass
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Fixed)
+    server.daemon_threads = True
+    port_out.put(server.server_address[1])
+    server.serve_forever()
+
+
+def start_floor(body: bytes) -> tuple[mp.Process, str]:
+    """The reference server: a bare keep-alive http.server answering `body` to any GET."""
+    port = mp.Queue()
+    proc = mp.Process(target=_serve_floor, args=(body, port), daemon=True)
+    proc.start()
+    return proc, f"http://127.0.0.1:{port.get(timeout=30)}"
 
 
 def request(conn, method, path, body=None, ctype="application/json"):
@@ -138,14 +178,28 @@ def main() -> int:
         for i in range(100):
             request(conn, "POST", "/api/v1/namespaces/default/pods",
                     dict(POD, metadata={"name": f"pod-{i}"}))
-        figures = {}
+        print_machine()
+        _, pod_bytes = request(conn, "GET", "/api/v1/namespaces/default/pods/pod-0")
+        floor_proc, floor_url = start_floor(pod_bytes)
+        try:
+            floor = run_clients(floor_url, "get", args.seconds, args.clients)
+        finally:
+            floor_proc.terminate()
+        figures = {"floor_get_per_s": round(floor)}
+        print(f" floor: {figures['floor_get_per_s']:>7} req/s (bare http.server, same pod "
+              f"bytes, {args.clients} keep-alive clients)", flush=True)
         for kind in ("get", "patch", "list"):
             figures[f"{kind}_per_s"] = round(run_clients(url, kind, args.seconds, args.clients))
             print(f"{kind:>6}: {figures[f'{kind}_per_s']:>7} req/s "
                   f"({args.clients} keep-alive clients)", flush=True)
+            figures[f"{kind}_vs_floor"] = round(ratio(
+                kind, figures[f"{kind}_per_s"], floor, "req/s", "req/s of the floor's GET"), 3)
         figures["client_get_per_s"] = round(official_client(url, args.seconds))
         print(f"client: {figures['client_get_per_s']:>7} req/s (official client, one thread, "
               "deserialising V1Pod)", flush=True)
+        figures["client_vs_floor"] = round(ratio(
+            "client", figures["client_get_per_s"], floor, "req/s", "req/s of the floor's GET"),
+            3)
         figures["watch_events_per_s"] = round(watch_fanout(url, args.watchers, args.events))
         print(f" watch: {figures['watch_events_per_s']:>7} events/s delivered "
               f"({args.watchers} watchers, {args.events} writes)", flush=True)

@@ -2,9 +2,10 @@
 
 Builds synthetic pod lists from the same cluster's pods (more or fewer sharing pods, more
 multi-GPU pods, more model-constrained pods, heavier CPU-only pods, sub-samples) and replays
-them with fresh seeds, printing the allocation at 100% arrived demand per policy.
+them with fresh seeds, printing the allocation at 100% arrived demand per policy and, in the
+last column, the last policy's as a ratio to the first's (fragaware / fgd by default).
 
-    python bench/replay_holdout.py --nodes NODES.csv --pods openb_pod_list_default.csv \\
+    python bench/replay_holdout.py [--trace openb] [--pods default] [--nodes CSV] \\
         [--seeds 100-102] [--policies fgd,fragaware] [--mixes all]
 """
 import argparse
@@ -15,6 +16,8 @@ import statistics
 import sys
 import tempfile
 
+from benchlib import print_machine
+from hami_sim.replay import catalog
 from hami_sim.replay.cli import parse_seeds, run_seeds
 from hami_sim.replay.trace import load_nodes, load_pods
 
@@ -88,18 +91,20 @@ def _write(path: str, pods) -> None:
 def main(argv=None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", required=True)
-    parser.add_argument("--pods", required=True)
+    catalog.add_arguments(parser)
     parser.add_argument("--seeds", default="100-102")
     parser.add_argument("--policies", default="fgd,fragaware")
     parser.add_argument("--mixes", default="all")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args(argv)
+    args.nodes, args.pods = catalog.resolve(args)
     nodes, pods = load_nodes(args.nodes), load_pods(args.pods)
     mixes = _mixes(pods, nodes, random.Random(7))
     wanted = list(mixes) if args.mixes == "all" else args.mixes.split(",")
     policies, seeds = args.policies.split(","), parse_seeds(args.seeds)
-    print(f"{'mix':<12}" + "".join(f"{p:>11}" for p in policies))
+    print_machine()
+    last_vs_first = f"{policies[-1]}/{policies[0]}"
+    print(f"{'mix':<12}" + "".join(f"{p:>11}" for p in policies) + f"{last_vs_first:>18}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in wanted:
             path = os.path.join(tmp, f"{name}.csv")
@@ -108,7 +113,8 @@ def main(argv=None) -> int:
             for policy in policies:
                 results = run_seeds(args.nodes, path, policy, seeds, workers=args.workers)
                 row.append(statistics.fmean(r["alloc"] for r in results))
-            print(f"{name:<12}" + "".join(f"{v:>11.2f}" for v in row), flush=True)
+            print(f"{name:<12}" + "".join(f"{v:>11.2f}" for v in row)
+                  + f"{row[-1] / row[0]:>18.4f}", flush=True)
     return 0
 
 

@@ -2,9 +2,12 @@
 paper's figures (PNG). Runs the in-process replay, or reads saved `hami-sim replay --json`
 outputs.
 
-    python bench/replay_plot.py --nodes NODES.csv --pods PODS.csv \\
+    python bench/replay_plot.py [--pods default|PODS.csv] [--nodes NODES.csv] \\
         [--policies random,bestfit,binpack,fgd,fragaware] [--seeds 42-51] [--out replay.png]
     python bench/replay_plot.py --from-json fgd.txt fragaware.txt --out replay.png
+
+Besides the plot it prints each policy's allocation at 100% arrived demand as a ratio to the
+baseline replayed in the same run (`--baseline`, default fgd, the best published policy).
 """
 import argparse
 import json
@@ -16,6 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchlib import print_machine, ratio  # noqa: E402
+from hami_sim.replay import catalog  # noqa: E402
 from hami_sim.replay.cli import parse_seeds, run_seeds, summarize  # noqa: E402
 
 
@@ -26,8 +31,7 @@ def _summaries(args) -> list:
             with open(path) as f:
                 out.append(json.loads(f.read().strip().splitlines()[-1]))
         return out
-    if not (args.nodes and args.pods):
-        sys.exit("replay_plot: give --nodes and --pods, or --from-json files")
+    args.nodes, args.pods = catalog.resolve(args)
     seeds = parse_seeds(args.seeds)
     out = []
     for policy in args.policies.split(","):
@@ -37,6 +41,18 @@ def _summaries(args) -> list:
         print(f"{policy}: {summary['gpu_alloc_pct']:.2f}% at 100% arrived demand")
         out.append(summary)
     return out
+
+
+def compare(summaries, baseline: str) -> None:
+    """Each policy's allocation at 100% as a ratio to the baseline's of the same run."""
+    base = next((s for s in summaries if s["policy"] == baseline), None)
+    if base is None or base["gpu_alloc_pct"] is None:
+        print(f"(no {baseline} in this run: nothing to compare with)")
+        return
+    for s in summaries:
+        if s is not base and s["gpu_alloc_pct"] is not None:
+            ratio(f"{s['policy']}_vs_{baseline}", s["gpu_alloc_pct"], base["gpu_alloc_pct"],
+                  f"% of GPUs ({s['policy']})", f"% ({baseline})")
 
 
 def plot(summaries, out: str, title: str) -> None:
@@ -63,17 +79,20 @@ def plot(summaries, out: str, title: str) -> None:
 def main(argv=None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes")
-    parser.add_argument("--pods")
+    catalog.add_arguments(parser)
     parser.add_argument("--policies", default="random,bestfit,binpack,fgd,fragaware")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--from-json", nargs="*")
     parser.add_argument("--out", default="replay.png")
     parser.add_argument("--title", default="")
+    parser.add_argument("--baseline", default="fgd",
+                        help="the policy the others are compared with (default fgd)")
     args = parser.parse_args(argv)
+    print_machine()
     summaries = _summaries(args)
-    title = args.title or os.path.basename(args.pods or summaries[0].get("pods_file", ""))
+    compare(summaries, args.baseline)
+    title = args.title or os.path.basename(summaries[0].get("pods_file") or args.pods)
     plot(summaries, args.out, title)
     return 0
 

@@ -12,11 +12,16 @@ Fixtures (each cleans up after itself, also when the test fails):
 - kubeconfig_file: Path of a kubeconfig for `apiserver`
 - plugin_dir: a short temporary device plugin directory
 - kubelet: RunningKubelet (in-process KubeletDouble as .kubelet) for node "node-1" in plugin_dir
+- kubectl_binary: path of a kubectl: $HAMI_KUBECTL, else the project's own build
+  (`bash tools/k8s/build.sh kubectl`, which prints the binary's path last); never skipped
 """
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +29,8 @@ from .launch import (RunningApiServer, RunningKubelet, short_tempdir, start_apis
                      start_kubelet)
 
 __all__ = ["pod_manifest", "wait_for", "apiserver", "apiserver_process", "kube_api_client",
-           "core_v1", "kubeconfig_file", "plugin_dir", "kubelet", "start_apiserver",
-           "start_kubelet", "RunningApiServer", "RunningKubelet"]
+           "core_v1", "kubeconfig_file", "plugin_dir", "kubelet", "kubectl_binary",
+           "start_apiserver", "start_kubelet", "RunningApiServer", "RunningKubelet"]
 
 
 def pod_manifest(name: str, containers=None, namespace=None, **meta) -> dict:
@@ -114,3 +119,29 @@ def kubelet(apiserver, plugin_dir, tmp_path) -> RunningKubelet:
         yield running
     finally:
         running.stop()
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KUBECTL_BUILD = Path("tools") / "k8s" / "build.sh"
+
+
+@pytest.fixture(scope="session")
+def kubectl_binary() -> str:
+    """kubectl as the project installs it: $HAMI_KUBECTL when set, else the path that
+    `bash tools/k8s/build.sh kubectl` prints last (it builds kubectl once, then finds it in
+    its cache). A missing script or a failed build fails the test: kubectl is the project's
+    to install, not the machine's."""
+    if chosen := os.environ.get("HAMI_KUBECTL"):
+        if not os.access(chosen, os.X_OK):
+            pytest.fail(f"HAMI_KUBECTL={chosen} is not an executable file")
+        return chosen
+    if not (REPO_ROOT / KUBECTL_BUILD).is_file():
+        pytest.fail(f"{KUBECTL_BUILD} is missing: it builds kubectl for these tests "
+                    "(or set HAMI_KUBECTL to a kubectl binary)")
+    done = subprocess.run(["bash", str(KUBECTL_BUILD), "kubectl"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=3600)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines or not os.access(lines[-1], os.X_OK):
+        pytest.fail(f"bash {KUBECTL_BUILD} kubectl failed (exit {done.returncode}); its "
+                    f"output ends:\n{(done.stdout + done.stderr)[-2000:]}")
+    return lines[-1]

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
+from . import tables
 from .api import dumps, query_flag
 from .errors import ApiError, bad_request, internal
 from .routes import Target, resolve
@@ -157,7 +158,19 @@ class Handler(BaseHTTPRequestHandler):
         code, payload = self.app.perform(verb, target, query, body, content_type)
         if rule is not None:
             raise rule.error(verb, resource)
+        if verb in ("get", "list") and target.res is not None and self._table_version():
+            payload = tables.render(target.res, verb, payload, self._table_version(), query)
         self._send(code, payload)
+
+    def _table_version(self) -> str | None:
+        """The Table version kubectl's Accept asks for (None: plain JSON)."""
+        return tables.table_version(self.headers.get("Accept", ""))
+
+    def _event(self, target: Target, kind: str, raw: bytes, query: dict) -> bytes:
+        """One watch line; its object a one-row Table when the client asked for tables."""
+        if version := self._table_version():
+            raw = tables.watch_object(target.res, kind, raw, version, query)
+        return event_line(kind, raw)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -201,12 +214,12 @@ class Handler(BaseHTTPRequestHandler):
             if watcher.closed:
                 break
             if item is not None:
-                self._chunk(event_line(*item))
+                self._chunk(self._event(target, *item, query))
                 sent += 1
                 if drop_after and sent >= drop_after:
                     watcher.close("fault")
             elif bookmarks and time.monotonic() >= next_bookmark:
-                self._chunk(self._bookmark(target))
+                self._chunk(self._bookmark(target, query))
                 next_bookmark = time.monotonic() + app.bookmark_interval
         if watcher.closed in ("fault", "dropped") and app.faults.watch_drop_mode == "reset":
             self.close_connection = True
@@ -214,7 +227,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._chunk(b"")
 
-    def _bookmark(self, target: Target) -> bytes:
+    def _bookmark(self, target: Target, query: dict) -> bytes:
         obj = {"kind": target.res.kind, "apiVersion": target.res.api_version,
                "metadata": {"resourceVersion": str(self.app.store.resource_version)}}
-        return event_line("BOOKMARK", dumps(obj))
+        return self._event(target, "BOOKMARK", dumps(obj), query)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
 import ssl
 import sys
@@ -16,6 +17,7 @@ import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from . import discovery
 from .api import Api, dumps
 from .errors import ApiError, bad_request, method_not_allowed
 from .faults import FaultConfigError, Faults
@@ -122,7 +124,30 @@ def node_object(name: str, cpu: str = "16", memory: str = "64Gi", pods: str = "1
             "status": {"capacity": capacity, "allocatable": dict(capacity),
                        "conditions": [{"type": "Ready", "status": "True",
                                        "reason": "KubeletReady"}],
-                       "addresses": [{"type": "Hostname", "address": name}]}}
+                       "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                                     {"type": "Hostname", "address": name}],
+                       "nodeInfo": node_info()}}
+
+
+def node_info() -> dict:
+    """status.nodeInfo of a simulated node (kubectl get nodes shows its VERSION; -o wide its
+    OS image, kernel and runtime): this machine's, the double's version as the kubelet's."""
+    return {"kubeletVersion": discovery.SERVER_VERSION["gitVersion"],
+            "kubeProxyVersion": "", "operatingSystem": "linux",
+            "architecture": _ARCH.get(platform.machine(), platform.machine()),
+            "osImage": _os_image(), "kernelVersion": platform.release(),
+            "containerRuntimeVersion": "hami-sim://" + discovery.SERVER_VERSION["gitVersion"],
+            "machineID": "", "systemUUID": "", "bootID": ""}
+
+
+_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def _os_image() -> str:
+    try:
+        return platform.freedesktop_os_release().get("PRETTY_NAME", "Linux")
+    except OSError:
+        return "Linux"
 
 
 class ApiServer:

@@ -224,7 +224,9 @@ class PodRuntime:
             run.phase = "Succeeded"
         else:
             return
-        node.kubelet.kubelet.set_pod_phase(run.namespace, run.name, run.phase, run.message)
+        node.kubelet.kubelet.set_pod_phase(run.namespace, run.name, run.phase, run.message,
+                                           {c.name: c.exit_code if c.exit_code is not None
+                                            else 137 for c in run.main})
         self._notify(f"pod {run.namespace}/{run.name} on {run.node}: {run.phase}"
                      + (f" ({run.message})" if run.message else ""))
         self._on_finished(run)

@@ -265,7 +265,9 @@ class KubeletDouble:
                          if f.namespace == namespace and f.pod == pod), None)
         return wait_until(self._cond, failed, timeout, f"an allocation failure of {pod}")
 
-    def set_pod_phase(self, namespace: str, pod: str, phase: str, message: str = "") -> None:
-        """Reports a pod's containers finished (Succeeded/Failed), as kubelet would."""
-        self.status.pod_phase(namespace, pod, phase, message)
+    def set_pod_phase(self, namespace: str, pod: str, phase: str, message: str = "",
+                      exit_codes: dict | None = None) -> None:
+        """Reports a pod's containers finished (Succeeded/Failed), as kubelet would; with
+        exit_codes (container name -> code) their terminated states too."""
+        self.status.pod_phase(namespace, pod, phase, message, exit_codes)
         self._wake.set()

@@ -54,11 +54,24 @@ class StatusWriter:
                     {"status": {"phase": "Running", "startTime": now, "hostIP": "127.0.0.1",
                                 "conditions": conditions, "containerStatuses": statuses}})
 
-    def pod_phase(self, namespace: str, name: str, phase: str, message: str) -> None:
-        """Sets a finished pod's phase."""
+    def pod_phase(self, namespace: str, name: str, phase: str, message: str,
+                  exit_codes: dict | None = None) -> None:
+        """Sets a finished pod's phase and, given each container's exit code, its containers
+        terminated and the pod no longer Ready, as kubelet does (kubectl then shows the pod
+        Completed or Error, 0/N ready)."""
         body = {"status": {"phase": phase}}
         if message:
             body["status"]["message"] = message
+        if exit_codes:
+            now = rfc3339(time.time())
+            body["status"]["containerStatuses"] = [
+                {"name": c, "ready": False, "started": False, "restartCount": 0, "image": "",
+                 "imageID": "", "state": {"terminated": {
+                     "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                     "finishedAt": now}}} for c, code in exit_codes.items()]
+            body["status"]["conditions"] = [
+                {"type": t, "status": "False", "reason": "PodCompleted",
+                 "lastTransitionTime": now} for t in ("Ready", "ContainersReady")]
         self._queue(namespace, name, body)
 
     def _queue(self, namespace: str, name: str, body: dict) -> None:

@@ -1,7 +1,11 @@
 """`hami-sim replay`: replay a GPU-sharing trace through the placement engine.
 
-    hami-sim replay --nodes NODES.csv --pods PODS.csv [--seeds 42-51] [--policy NAME] [--http]
+    hami-sim replay [--trace openb] [--pods default] [--seeds 42-51] [--policy NAME] [--http]
         [--json]
+    hami-sim replay --nodes NODES.csv --pods PODS.csv ...
+
+The shipped traces are found by short name (`--trace openb --pods gpushare40`, see
+hami_sim/data/traces/); a path (to the artifact's other lists, or your own) works as well.
 
 Each seed shuffles the pod list, inflates it to 130% of the GPUs and places the pods one by one
 (no departures); the figure is the GPU allocation ratio when the arrived GPU demand reaches
@@ -20,6 +24,7 @@ import time
 
 from hami_control.placement.model import PlacementError
 from hami_control.placement.registry import BASELINE_POLICIES, SERVER_POLICIES
+from hami_sim.replay import catalog
 from hami_sim.replay.arrivals import arrivals
 from hami_sim.replay.run import InProcessPlacer, cluster_view, replay
 from hami_sim.replay.trace import TraceError, load_nodes, load_pods
@@ -50,10 +55,7 @@ def parse_seeds(text: str) -> list:
 
 def _arguments(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="hami-sim replay", description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", required=True, help="node list CSV (sn,cpu_milli,memory_mib,"
-                        "gpu,model)")
-    parser.add_argument("--pods", required=True, help="pod list CSV (name,cpu_milli,memory_mib,"
-                        "num_gpu,gpu_milli[,gpu_spec])")
+    catalog.add_arguments(parser)
     parser.add_argument("--seeds", default="42-51", help="seeds, e.g. 42-51 or 42,43 "
                         "(default 42-51)")
     parser.add_argument("--policy", default="fragaware", choices=POLICIES,
@@ -159,6 +161,7 @@ def main(argv=None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
     try:
         seeds = parse_seeds(args.seeds)
+        args.nodes, args.pods = catalog.resolve(args)
         nodes = load_nodes(args.nodes)
         load_pods(args.pods)
         if args.ratio <= 0 or args.split_count < 1 or args.workers < 1:

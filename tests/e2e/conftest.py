@@ -12,6 +12,7 @@ from hami_sim.demo.cluster import SimCluster
 from hami_sim.demo.examples import load_examples
 from hami_sim.demo.report import Reporter
 from hami_sim.demo.scenario import ScenarioResult, run_scenario
+from hami_sim.testing import kubectl_binary  # noqa: F401 (a fixture, picked up by name)
 
 from e2ehelpers import EXAMPLES, Command
 

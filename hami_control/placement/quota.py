@@ -1,0 +1,174 @@
+"""Namespace GPU quotas: what a ResourceQuota allows, what a namespace's pods hold, and whether
+one more pod fits. Pure functions of plain values; the watch and the status writer feed them.
+
+HAMi reads three keys of a ResourceQuota's `spec.hard`, which Kubernetes' own quota system
+neither counts nor enforces (it tracks extended resources only under `requests.`):
+`limits.nvidia.com/gpu` (GPU slices), `limits.nvidia.com/gpumem` (MiB, a binary unit such as
+"20Gi" is bytes) and `limits.nvidia.com/gpucores` (percent points, 100 = one whole card).
+
+What a pod holds is counted from its placement, in the units of the GPUs actually chosen (a
+`gpumem-percentage` becomes MiB of that GPU; a container with N GPUs holds N slices), and over
+its containers as Kubernetes counts a pod's requests: the larger of (the containers that run
+together: app containers and sidecars) and (each init container on top of the sidecars started
+before it).
+"""
+from dataclasses import dataclass
+from typing import Iterable, Mapping, NamedTuple, Optional
+
+from hami_common import constants as C
+from hami_common.errors import HamiFormatError
+from hami_common.quantity import MIB, has_binary_unit, parse_quantity
+from hami_control.placement.model import Decision
+
+REASON = "ResourceQuotaNotFit"
+PREFIX = "limits."
+KEYS = tuple(PREFIX + r for r in (C.RESOURCE_GPU, C.RESOURCE_MEM, C.RESOURCE_CORES))
+UNITS = {KEYS[0]: "GPUs", KEYS[1]: "MiB", KEYS[2]: "% cores"}
+
+
+class Amount(NamedTuple):
+    """GPU slices, MiB and percent cores; the order of KEYS."""
+
+    gpus: int = 0
+    mem: int = 0
+    cores: int = 0
+
+    def __add__(self, other):
+        return Amount(*(a + b for a, b in zip(self, other)))
+
+    def __sub__(self, other):
+        return Amount(*(a - b for a, b in zip(self, other)))
+
+
+ZERO = Amount()
+
+
+@dataclass(frozen=True)
+class QuotaSpec:
+    """The HAMi keys of one ResourceQuota's spec.hard: key -> limit (absent: no limit)."""
+
+    namespace: str
+    name: str
+    limits: Mapping
+
+
+def _value(key: str, raw) -> int:
+    try:
+        value = parse_quantity(raw)
+    except HamiFormatError as e:
+        raise HamiFormatError(f"{key}: {e}") from e
+    if key == KEYS[1] and has_binary_unit(raw):
+        value = value / MIB              # "20Gi" means bytes; a plain number means MiB
+    if value < 0 or value.denominator != 1:
+        raise HamiFormatError(f"{key} is {raw!r}; give a whole number >= 0 (MiB for gpumem)")
+    return int(value)
+
+
+def parse_quota(obj: Mapping) -> Optional[QuotaSpec]:
+    """The HAMi limits of a v1.ResourceQuota dict; None when it sets none of HAMi's keys;
+    HamiFormatError (naming the quota and key) for a value that is not a whole quantity."""
+    meta = obj.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    hard = (obj.get("spec") or {}).get("hard") or {}
+    limits = {}
+    for key in KEYS:
+        if key in hard:
+            try:
+                limits[key] = _value(key, hard[key])
+            except HamiFormatError as e:
+                raise HamiFormatError(f"resourcequota {namespace}/{name}: {e}") from e
+    return QuotaSpec(namespace, name, limits) if limits else None
+
+
+def effective_limits(specs: Iterable[QuotaSpec]) -> dict:
+    """key -> limit for a namespace with these quotas: every quota must hold, so the lowest."""
+    limits: dict = {}
+    for spec in specs:
+        for key, value in spec.limits.items():
+            limits[key] = min(value, limits.get(key, value))
+    return limits
+
+
+def pod_amount(devices, init_positions) -> Amount:
+    """What a pod holds against quota, from its per-container GPU slices (init containers
+    first, as in `vgpu-devices-allocated`) and the positions of its init containers.
+
+    A position that is not an init container but comes before one is a sidecar (sidecars are
+    init containers that keep running): an init container runs on top of those."""
+    running = peak = ZERO
+    for position, ctr in enumerate(devices):
+        held = Amount(len(ctr), sum(d.usedmem for d in ctr), sum(d.usedcores for d in ctr))
+        if position in init_positions:
+            peak = Amount(*map(max, peak, running + held))
+        else:
+            running = running + held
+    return Amount(*map(max, peak, running))
+
+
+def request_floor(request) -> Amount:
+    """A lower bound of what a request will hold wherever it is placed: exact unless a
+    container asks for a percentage of memory (counted 0 MiB here, known only on a GPU)."""
+    devices = tuple(tuple(_Slice(c.mem_mib, c.cores) for _ in range(c.nums))
+                    for c in request.containers)
+    return pod_amount(devices, {i for i, c in enumerate(request.containers) if c.init})
+
+
+class _Slice(NamedTuple):
+    usedmem: int
+    usedcores: int
+
+
+def depends_on_gpu(request, limits: Mapping) -> bool:
+    """Whether the request's memory against a gpumem limit is known only on a chosen GPU."""
+    return KEYS[1] in limits and any(c.nums and not c.mem_mib for c in request.containers)
+
+
+def refusal(namespace: str, limits: Mapping, used: Amount, asked: Amount) -> Optional[str]:
+    """None if `asked` fits beside `used` within every limit; else ResourceQuotaNotFit with the
+    numbers of the first limit it exceeds (kube-scheduler retries the pod as pods finish)."""
+    for key, have, want in zip(KEYS, used, asked):
+        limit = limits.get(key)
+        if limit is not None and want and have + want > limit:
+            return (f"{REASON}: namespace {namespace} {key}: used {have} + asked {want} > "
+                    f"limit {limit} {UNITS[key]}")
+    return None
+
+
+def status_values(limits: Mapping, used: Amount) -> dict:
+    """ResourceQuota status.used values of the HAMi keys a quota sets."""
+    return {key: str(value) for key, value in zip(KEYS, used) if key in limits}
+
+
+_RETRIES = 8     # nodes tried for a percentage request whose MiB exceed the quota on a big GPU
+
+
+def place_within_quota(engine, view, request, nodes, limits: Mapping):
+    """The engine's decision for `request`, kept within its namespace's `limits` (given the
+    usage the view holds: the pod's own earlier reservation must be released first).
+
+    A request whose amount is known beforehand is refused before any placement. One that asks
+    for a percentage of memory is placed, and if its MiB on the chosen GPUs exceed the quota the
+    node is left out and it is placed again (a smaller GPU may fit), at most _RETRIES times."""
+    if not limits:
+        return engine.place(view, request, nodes)
+    used = view.namespace_used(request.namespace)
+    inits = {i for i, c in enumerate(request.containers) if c.init}
+    offered = [n.name for n in view.nodes] if nodes is None else list(nodes)
+    why = refusal(request.namespace, limits, used, request_floor(request))
+    over: dict = {}                       # node -> why, for the nodes left out over the quota
+    candidates = offered if why is None else []
+    for _ in range(_RETRIES):
+        if not candidates:
+            break
+        decision = engine.place(view, request, candidates)
+        if not decision.ok:
+            return Decision(None, failed={**decision.failed, **over}, message=decision.message,
+                            policy=decision.policy) if over else decision
+        why = refusal(request.namespace, limits, used, pod_amount(decision.devices, inits))
+        if why is None:
+            return decision
+        over[decision.node] = why
+        candidates = [n for n in candidates if n != decision.node] \
+            if depends_on_gpu(request, limits) else []
+    failed = {**dict.fromkeys(offered, why), **over} if engine.config.explain else {}
+    return Decision(None, failed=failed, message=f"0/{len(offered)} nodes are available: {why}")

@@ -6,6 +6,7 @@ from typing import Optional
 
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.leader import AlwaysLeader, LeaderElector
+from hami_control.cluster.quota_status import QuotaStatusWriter
 from hami_control.cluster.sync import ClusterSync, PodScope
 from hami_control.config import ControlConfig
 from hami_control.errors import ConfigError
@@ -50,7 +51,11 @@ class ControlPlane:
                                 config.handshake_interval_s, writer=api,
                                 is_leader=lambda: self.leader.is_leader,
                                 pods=PodScope(config.scheduler_name, config.track_resources,
-                                              config.all_pods))
+                                              config.all_pods),
+                                quotas=config.quotas)
+        self.quota_status = QuotaStatusWriter(self.state, api,
+                                              config.quota_status_s if config.quotas else 0,
+                                              is_leader=lambda: self.leader.is_leader)
         self.metrics = metrics or ControlMetrics()
         self.metrics.watch(self.state, self._status)
         locker = NodeLocker(api, clock, timedelta(seconds=config.lock_expiry_s),
@@ -85,6 +90,7 @@ class ControlPlane:
                                  cfg.tls_key).start()
         self.sync.start()
         self.leader.start()
+        self.quota_status.start()
         return self
 
     def stop(self) -> None:
@@ -92,6 +98,7 @@ class ControlPlane:
         if self.server is not None:
             self.server.stop()
         self.writer.close()
+        self.quota_status.stop()
         self.leader.stop()
         self.sync.stop()
 
@@ -110,7 +117,8 @@ class ControlPlane:
         """Ready once the view is synced and this replica leads."""
         problems = []
         if not self.sync.synced:
-            problems.append("the cluster view is not synced yet (listing nodes and pods)")
+            problems.append("the cluster view is not synced yet (listing nodes, pods and "
+                            "resourcequotas)")
         if not self.leader.is_leader:
             problems.append(f"not the leader (the lease is held by "
                             f"{self.leader.holder or 'nobody yet'})")

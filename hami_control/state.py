@@ -175,6 +175,12 @@ class SchedulerState:
             return [(spec, self.view.namespace_used(ns)) for ns, specs in self._quotas.items()
                     for spec in specs.values()]
 
+    def namespace_quotas(self) -> list:
+        """(namespace, effective limits, Amount it holds) for every namespace with a quota."""
+        with self.lock:
+            return [(ns, dict(limits), self.view.namespace_used(ns))
+                    for ns, limits in self._limits.items()]
+
     # --- filter --------------------------------------------------------------------------
     def decide(self, request, nodes: Optional[Iterable[str]]) -> Placement:
         """Releases the pod's earlier reservation, places it within its namespace's quota,

@@ -12,7 +12,7 @@ its containers as Kubernetes counts a pod's requests: the larger of (the contain
 together: app containers and sidecars) and (each init container on top of the sidecars started
 before it).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, NamedTuple, Optional
 
 from hami_common import constants as C
@@ -45,11 +45,13 @@ ZERO = Amount()
 
 @dataclass(frozen=True)
 class QuotaSpec:
-    """The HAMi keys of one ResourceQuota's spec.hard: key -> limit (absent: no limit)."""
+    """The HAMi keys of one ResourceQuota's spec.hard: key -> limit (absent: no limit), and
+    what its status says of them: key -> (hard, used), None where absent or unreadable."""
 
     namespace: str
     name: str
     limits: Mapping
+    reported: Mapping = field(default_factory=dict)
 
 
 def _value(key: str, raw) -> int:
@@ -77,7 +79,19 @@ def parse_quota(obj: Mapping) -> Optional[QuotaSpec]:
                 limits[key] = _value(key, hard[key])
             except HamiFormatError as e:
                 raise HamiFormatError(f"resourcequota {namespace}/{name}: {e}") from e
-    return QuotaSpec(namespace, name, limits) if limits else None
+    if not limits:
+        return None
+    status = obj.get("status") or {}
+    reported = {key: (_readable(key, (status.get("hard") or {}).get(key)),
+                      _readable(key, (status.get("used") or {}).get(key))) for key in limits}
+    return QuotaSpec(namespace, name, limits, reported)
+
+
+def _readable(key: str, raw) -> Optional[int]:
+    try:
+        return None if raw is None else _value(key, raw)
+    except HamiFormatError:
+        return None             # rewritten by the status writer
 
 
 def effective_limits(specs: Iterable[QuotaSpec]) -> dict:
@@ -134,9 +148,17 @@ def refusal(namespace: str, limits: Mapping, used: Amount, asked: Amount) -> Opt
     return None
 
 
-def status_values(limits: Mapping, used: Amount) -> dict:
-    """ResourceQuota status.used values of the HAMi keys a quota sets."""
-    return {key: str(value) for key, value in zip(KEYS, used) if key in limits}
+def status_patch(spec: QuotaSpec, used: Amount) -> Optional[dict]:
+    """The ResourceQuota status for HAMi's keys ({"hard": .., "used": ..}), or None when the
+    status already says so. Kubernetes' quota controller computes no `limits.<extended>` key
+    and keeps the used values it cannot compute, so these survive its updates; it also copies
+    spec.hard into status.hard, which is written here only for API servers without it."""
+    want = {key: (limit, value) for key, limit, value in
+            ((k, spec.limits.get(k), v) for k, v in zip(KEYS, used)) if limit is not None}
+    if all(spec.reported.get(key) == pair for key, pair in want.items()):
+        return None
+    return {"hard": {key: str(limit) for key, (limit, _) in want.items()},
+            "used": {key: str(value) for key, (_, value) in want.items()}}
 
 
 _RETRIES = 8     # nodes tried for a percentage request whose MiB exceed the quota on a big GPU

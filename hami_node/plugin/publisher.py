@@ -2,7 +2,9 @@
 
 Every `interval` seconds, and at once when a GPU's health changes, it reads the Node and patches
 only what differs: `hami.io/node-nvidia-register` (HAMi's JSON list, health included) and the
-handshake (`Reported_<time>` in answer to the scheduler's `Requesting_<time>`). The same loop
+handshake (`Reported_<time>` in answer to the scheduler's `Requesting_<time>`), and the node
+status capacity/allocatable of `nvidia.com/gpumem` and `nvidia.com/gpucores` computed from the
+same register entries (`node_register.capacity`), so that kubectl shows them. The same loop
 releases stale node locks and removes the shared directories of pods that left the node.
 """
 import threading
@@ -13,6 +15,7 @@ from typing import Callable, Optional
 from hami_common import handshake, node_register
 from hami_common.constants import ANNO_NODE_HANDSHAKE, ANNO_NODE_REGISTER
 from hami_common.errors import HamiFormatError
+from hami_common.quantity import parse_quantity
 from hami_node.plugin import layout as L
 from hami_node.plugin.cluster import ClusterApi
 from hami_node.plugin.devices import DeviceTable, register_entries
@@ -30,6 +33,21 @@ def wants_answer(value: Optional[str]) -> bool:
         return handshake.decode(value).state != handshake.REPORTED
     except HamiFormatError:
         return True
+
+
+def _status_has(node: dict, values: dict) -> bool:
+    """Whether the node's status capacity and allocatable already hold these quantities (the
+    API server may spell them differently: 32000 comes back as "32k")."""
+    status = node.get("status") or {}
+    for section in ("capacity", "allocatable"):
+        have = status.get(section) or {}
+        for key, value in values.items():
+            try:
+                if key not in have or parse_quantity(have[key]) != parse_quantity(value):
+                    return False
+            except HamiFormatError:
+                return False
+    return True
 
 
 class NodePublisher:
@@ -52,17 +70,26 @@ class NodePublisher:
 
     def desired(self) -> str:
         """The register annotation for the current table."""
-        return node_register.encode(register_entries(self.table.states(), self.table.split,
-                                                     *self.scaling))
+        return node_register.encode(self._entries())
+
+    def _entries(self) -> list:
+        return register_entries(self.table.states(), self.table.split, *self.scaling)
 
     def publish(self) -> bool:
         """One read-compare-patch; True when something was patched."""
         node = self.cluster.get_node(self.node)
         current = (node.get("metadata") or {}).get("annotations") or {}
         patch = {}
-        want = self.desired()
+        entries = self._entries()
+        want = node_register.encode(entries)
         if current.get(ANNO_NODE_REGISTER) != want:
             patch[ANNO_NODE_REGISTER] = want
+        capacity = node_register.capacity(entries)
+        stale = not _status_has(node, capacity)
+        if stale:
+            self.cluster.patch_node_status(self.node, {"capacity": capacity,
+                                                       "allocatable": capacity})
+            self.on_patch()
         if wants_answer(current.get(ANNO_NODE_HANDSHAKE)):
             when = datetime.fromtimestamp(self.clock(), timezone.utc)
             patch[ANNO_NODE_HANDSHAKE] = handshake.encode(
@@ -70,7 +97,7 @@ class NodePublisher:
         if patch:
             self.cluster.patch_node_annotations(self.node, patch)
             self.on_patch()
-        return bool(patch)
+        return bool(patch) or stale
 
     def collect_orphans(self) -> int:
         """Removes the shared directories of pods no longer on this node; returns how many."""

@@ -182,6 +182,12 @@ class FakeCluster:
     def patch_node_annotations(self, name, annotations, resource_version=None):
         return self._patch(self.node, annotations, resource_version)
 
+    def patch_node_status(self, name, status):
+        for section, values in status.items():
+            self.node.setdefault("status", {}).setdefault(section, {}).update(values)
+        self._bump(self.node)
+        return self.node
+
     def get_pod(self, namespace, name):
         return self.pods.get((namespace, name))
 

@@ -6,7 +6,7 @@ from typing import Optional
 
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.leader import AlwaysLeader, LeaderElector
-from hami_control.cluster.quota_status import QuotaStatusWriter
+from hami_control.cluster.status_writer import StatusWriter
 from hami_control.cluster.sync import ClusterSync, PodScope
 from hami_control.config import ControlConfig
 from hami_control.errors import ConfigError
@@ -53,9 +53,9 @@ class ControlPlane:
                                 pods=PodScope(config.scheduler_name, config.track_resources,
                                               config.all_pods),
                                 quotas=config.quotas)
-        self.quota_status = QuotaStatusWriter(self.state, api,
-                                              config.quota_status_s if config.quotas else 0,
-                                              is_leader=lambda: self.leader.is_leader)
+        self.status_writer = StatusWriter(self.state, api, config.status_period_s,
+                                          is_leader=lambda: self.leader.is_leader,
+                                          quotas=config.quotas, node_info=self.sync.node_info)
         self.metrics = metrics or ControlMetrics()
         self.metrics.watch(self.state, self._status)
         locker = NodeLocker(api, clock, timedelta(seconds=config.lock_expiry_s),
@@ -90,7 +90,7 @@ class ControlPlane:
                                  cfg.tls_key).start()
         self.sync.start()
         self.leader.start()
-        self.quota_status.start()
+        self.status_writer.start()
         return self
 
     def stop(self) -> None:
@@ -98,7 +98,7 @@ class ControlPlane:
         if self.server is not None:
             self.server.stop()
         self.writer.close()
-        self.quota_status.stop()
+        self.status_writer.stop()
         self.leader.stop()
         self.sync.stop()
 

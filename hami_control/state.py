@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
-from hami_control.placement.quota import effective_limits, place_within_quota
+from hami_control.placement.quota import effective_limits, node_summary, place_within_quota
 
 RECENT_KINDS = 64
 
@@ -174,6 +174,11 @@ class SchedulerState:
         with self.lock:
             return [(spec, self.view.namespace_used(ns)) for ns, specs in self._quotas.items()
                     for spec in specs.values()]
+
+    def node_summaries(self) -> dict:
+        """node name -> its allocation summary line (quota.node_summary)."""
+        with self.lock:
+            return {node.name: node_summary(node) for node in self.view.nodes}
 
     def namespace_quotas(self) -> list:
         """(namespace, effective limits, Amount it holds) for every namespace with a quota."""

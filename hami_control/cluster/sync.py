@@ -10,8 +10,8 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from hami_common.constants import (ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK, POD_FINISHED_PHASES,
-                                   SCHEDULER_NAME)
+from hami_common.constants import (ANNO_NODE_GPU_SUMMARY, ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK,
+                                   POD_FINISHED_PHASES, SCHEDULER_NAME)
 from hami_common.errors import HamiFormatError
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster import handshake
@@ -63,6 +63,7 @@ class NodeInfo:
     health: handshake.NodeHealth
     resource_version: str
     lock: Optional[str]
+    summary: Optional[str] = None   # hami.io/node-gpu-allocated as last written
 
 
 class ClusterSync:
@@ -222,7 +223,8 @@ class ClusterSync:
         info = NodeInfo(self._registration(name, node, source), source,
                         handshake.NodeHealth.of(node),
                         str(meta.get("resourceVersion") or ""),
-                        annotations(node).get(ANNO_NODE_LOCK))
+                        annotations(node).get(ANNO_NODE_LOCK),
+                        annotations(node).get(ANNO_NODE_GPU_SUMMARY))
         with self._nodes_lock:
             self._nodes[name] = info
         self._evaluate(name, info)

@@ -194,3 +194,14 @@ def place_within_quota(engine, view, request, nodes, limits: Mapping):
             if depends_on_gpu(request, limits) else []
     failed = {**dict.fromkeys(offered, why), **over} if engine.config.explain else {}
     return Decision(None, failed=failed, message=f"0/{len(offered)} nodes are available: {why}")
+
+
+def node_summary(node) -> str:
+    """One line for `kubectl describe node` (annotation hami.io/node-gpu-allocated): what the
+    scheduler has allocated of the node's registered GPUs, e.g.
+    `gpus 2/4 in use (3/40 slices), gpumem 12000/65536 MiB, gpucores 130/400`."""
+    devices = node.devices
+    return (f"gpus {sum(1 for d in devices if d.used)}/{len(devices)} in use "
+            f"({sum(d.used for d in devices)}/{sum(d.count for d in devices)} slices), "
+            f"gpumem {sum(d.usedmem for d in devices)}/{sum(d.devmem for d in devices)} MiB, "
+            f"gpucores {sum(d.usedcores for d in devices)}/{sum(d.devcore for d in devices)}")

@@ -1,7 +1,7 @@
 """Namespace GPU quotas over HTTP against the API server double: hami-control watches
 ResourceQuota objects, refuses with ResourceQuotaNotFit and the numbers, counts a percentage in
 MiB of its GPU, never lets racing pods of a namespace past the quota, frees quota as pods
-finish, and writes the use into the quota's status and its metrics."""
+finish, and writes the use into the quota's status, its metrics and the node's summary annotation."""
 import threading
 import urllib.request
 
@@ -37,7 +37,8 @@ def _pod(core_v1, control, name, **limits):
 def test_quota_refuses_with_numbers_writes_status_and_frees(core_v1, team):
     _quota(core_v1, team, {MEM: "10000", "limits.nvidia.com/gpu": "4"})
     first = _pod(core_v1, team, "first", gpu=1, gpumem=6000, gpucores=10)
-    assert schedule(core_v1, team, first)[0]
+    first_node = schedule(core_v1, team, first)[0]
+    assert first_node
     second = _pod(core_v1, team, "second", gpu=1, gpumem=6000, gpucores=10)
     node, result, _ = schedule(core_v1, team, second)
     assert node is None and not result["Error"]          # retryable: FailedNodes, no Error
@@ -54,6 +55,12 @@ def test_quota_refuses_with_numbers_writes_status_and_frees(core_v1, team):
            f'quota_name="nvidia.com/gpumem"}} 6000.0' in metrics
     assert f'hami_resource_quota_limit{{namespace="{NS}",quota_name="nvidia.com/gpu"}} 4.0' \
         in metrics
+
+    def summary():
+        return (core_v1.read_node(first_node).metadata.annotations or {}).get(
+            "hami.io/node-gpu-allocated")
+    eventually(lambda: summary() == "gpus 1/4 in use (1/40 slices), gpumem 6000/64000 MiB, "
+                                    "gpucores 10/400", timeout=15)
 
     core_v1.patch_namespaced_pod_status("first", NS, {"status": {"phase": "Succeeded"}})
     eventually(lambda: schedule(core_v1, team, read_pod(core_v1, "second", NS))[0])

@@ -119,10 +119,10 @@ def pod_amount(devices, init_positions) -> Amount:
     return Amount(*map(max, peak, running))
 
 
-def request_floor(request) -> Amount:
-    """A lower bound of what a request will hold wherever it is placed: exact unless a
-    container asks for a percentage of memory (counted 0 MiB here, known only on a GPU)."""
-    devices = tuple(tuple(_Slice(c.mem_mib, c.cores) for _ in range(c.nums))
+def request_floor(request, devmem: int = 0) -> Amount:
+    """A lower bound of what a request will hold on GPUs of at least `devmem` MiB: exact unless
+    a container asks for a percentage of memory (MiB of `devmem`, 0 by default)."""
+    devices = tuple(tuple(_Slice(c.memory_on(devmem), c.cores) for _ in range(c.nums))
                     for c in request.containers)
     return pod_amount(devices, {i for i, c in enumerate(request.containers) if c.init})
 
@@ -161,7 +161,25 @@ def status_patch(spec: QuotaSpec, used: Amount) -> Optional[dict]:
             "used": {key: str(value) for key, (_, value) in want.items()}}
 
 
-_RETRIES = 8     # nodes tried for a percentage request whose MiB exceed the quota on a big GPU
+_RETRIES = 8     # placements tried for a percentage request (see _smaller_gpus)
+
+
+def _smaller_gpus(view, request, limits, used, candidates, over: dict) -> list:
+    """The candidates where the request may still fit its quota: on a node whose smallest GPU
+    already takes it over, it is over anywhere on that node (those go into `over`). Only a node
+    with GPUs of several sizes can be left and still be over, hence the few retries."""
+    left = []
+    for name in candidates:
+        node = view.node(name)
+        if name in over or node is None:
+            continue
+        smallest = min((d.devmem for d in node.devices), default=0)
+        why = refusal(request.namespace, limits, used, request_floor(request, smallest))
+        if why is None:
+            left.append(name)
+        else:
+            over[name] = why
+    return left
 
 
 def place_within_quota(engine, view, request, nodes, limits: Mapping):
@@ -169,8 +187,10 @@ def place_within_quota(engine, view, request, nodes, limits: Mapping):
     usage the view holds: the pod's own earlier reservation must be released first).
 
     A request whose amount is known beforehand is refused before any placement. One that asks
-    for a percentage of memory is placed, and if its MiB on the chosen GPUs exceed the quota the
-    node is left out and it is placed again (a smaller GPU may fit), at most _RETRIES times."""
+    for a percentage of memory is placed, and if its MiB on the chosen GPUs exceed the quota,
+    the nodes where it cannot fit are left out and it is placed again (a smaller GPU may fit);
+    at most _RETRIES placements, after which the nodes not tried are refused with the last
+    quota reason."""
     if not limits:
         return engine.place(view, request, nodes)
     used = view.namespace_used(request.namespace)
@@ -190,7 +210,7 @@ def place_within_quota(engine, view, request, nodes, limits: Mapping):
         if why is None:
             return decision
         over[decision.node] = why
-        candidates = [n for n in candidates if n != decision.node] \
+        candidates = _smaller_gpus(view, request, limits, used, candidates, over) \
             if depends_on_gpu(request, limits) else []
     failed = {**dict.fromkeys(offered, why), **over} if engine.config.explain else {}
     return Decision(None, failed=failed, message=f"0/{len(offered)} nodes are available: {why}")

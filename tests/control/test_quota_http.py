@@ -94,3 +94,19 @@ def test_racing_pods_of_one_namespace_never_exceed_the_quota(core_v1, team):
     refused = [r for r in results if r and not r["NodeNames"]]
     assert len(passed) == 5 and len(refused) == 27, results
     assert all("ResourceQuotaNotFit" in next(iter(r["FailedNodes"].values())) for r in refused)
+
+
+def test_kubernetes_keys_are_neither_enforced_nor_overwritten(core_v1, team):
+    """requests.nvidia.com/* is Kubernetes' (charged at pod creation by its admission, which
+    the double lacks): hami-control neither refuses on it nor touches its status values."""
+    _quota(core_v1, team, {MEM: "10000", "requests.nvidia.com/gpu": "1"})
+    core_v1.patch_namespaced_resource_quota_status("gpu", NS, {"status": {   # the controller's
+        "hard": {"requests.nvidia.com/gpu": "1"}, "used": {"requests.nvidia.com/gpu": "1"}}})
+    for name in ("a", "b"):                 # 2 GPUs > requests.nvidia.com/gpu: not ours to say
+        assert schedule(core_v1, team, _pod(core_v1, team, name, gpu=1, gpumem=1000))[0]
+
+    def status():
+        s = core_v1.read_namespaced_resource_quota("gpu", NS).status
+        return {k: int(parse_quantity(v)) for k, v in (s.used or {}).items()}, s.hard
+    used, hard = eventually(lambda: status()[0].get(MEM) == 2000 and status(), timeout=15)
+    assert used["requests.nvidia.com/gpu"] == 1 and hard["requests.nvidia.com/gpu"] == "1"

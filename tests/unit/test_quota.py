@@ -9,7 +9,8 @@ from hami_common.pod_devices import ContainerDevice
 from hami_control.placement import Reservation
 from hami_control.placement.annotations import NodeRegistration
 from hami_control.placement.quota import (REASON, Amount, QuotaSpec, effective_limits,
-                                          parse_quota, pod_amount, refusal, request_floor)
+                                          parse_quota, pod_amount, refusal, request_floor,
+                                          status_patch)
 from hami_control.state import make_state
 from tests.unit._placement_fixtures import gpu, pod_dict, request
 
@@ -168,3 +169,18 @@ def test_sync_reservations_count_against_the_quota():
     state.apply_pod("t/x", 3, held)
     refused = state.decide(request(name="a", mem=4000), None).decision
     assert "used 5000 + asked 4000 > limit 8000" in refused.message
+
+
+def test_status_patch_writes_only_what_the_status_lacks():
+    quota = _quota({MEM: "20000", GPU: "4"})
+    spec = parse_quota(quota)
+    assert status_patch(spec, Amount(1, 6000, 30)) == {
+        "hard": {GPU: "4", MEM: "20000"}, "used": {GPU: "1", MEM: "6000"}}
+    # as the API server stores it (canonical "20k", "6k"), beside Kubernetes' own keys
+    quota["status"] = {"hard": {MEM: "20k", GPU: "4", "requests.nvidia.com/gpu": "2"},
+                       "used": {MEM: "6k", GPU: "1", "requests.nvidia.com/gpu": "1"}}
+    assert status_patch(parse_quota(quota), Amount(1, 6000, 30)) is None
+    assert status_patch(parse_quota(quota), Amount(2, 9000, 30))["used"] == {GPU: "2",
+                                                                             MEM: "9000"}
+    quota["status"]["used"][MEM] = "garbage"
+    assert status_patch(parse_quota(quota), Amount(1, 6000, 30)) is not None

@@ -195,13 +195,10 @@ def place_within_quota(engine, view, request, nodes, limits: Mapping):
         return engine.place(view, request, nodes)
     used = view.namespace_used(request.namespace)
     inits = {i for i, c in enumerate(request.containers) if c.init}
-    offered = [n.name for n in view.nodes] if nodes is None else list(nodes)
     why = refusal(request.namespace, limits, used, request_floor(request))
     over: dict = {}                       # node -> why, for the nodes left out over the quota
-    candidates = offered if why is None else []
-    for _ in range(_RETRIES):
-        if not candidates:
-            break
+    candidates = nodes                    # None: every node (named only if a retry needs it)
+    for _ in range(_RETRIES if why is None else 0):
         decision = engine.place(view, request, candidates)
         if not decision.ok:
             return Decision(None, failed={**decision.failed, **over}, message=decision.message,
@@ -210,10 +207,18 @@ def place_within_quota(engine, view, request, nodes, limits: Mapping):
         if why is None:
             return decision
         over[decision.node] = why
-        candidates = _smaller_gpus(view, request, limits, used, candidates, over) \
-            if depends_on_gpu(request, limits) else []
+        if not depends_on_gpu(request, limits):
+            break
+        candidates = _smaller_gpus(view, request, limits, used, _names(view, candidates), over)
+        if not candidates:
+            break
+    offered = _names(view, nodes)
     failed = {**dict.fromkeys(offered, why), **over} if engine.config.explain else {}
     return Decision(None, failed=failed, message=f"0/{len(offered)} nodes are available: {why}")
+
+
+def _names(view, nodes) -> list:
+    return [n.name for n in view.nodes] if nodes is None else list(nodes)
 
 
 def node_summary(node) -> str:

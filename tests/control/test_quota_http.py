@@ -7,7 +7,8 @@ import urllib.request
 
 import pytest
 
-from ctlhelpers import add_gpu_node, create, eventually, gpu_pod, read_pod, schedule
+from ctlhelpers import (add_gpu_node, create, eventually, gpu_pod, read_pod, schedule,
+                        start_plane)
 from hami_common.quantity import parse_quantity
 
 NS = "team-a"
@@ -15,12 +16,16 @@ MEM = "limits.nvidia.com/gpumem"
 
 
 @pytest.fixture
-def team(core_v1, control):
+def team(core_v1, apiserver):
     core_v1.create_namespace({"metadata": {"name": NS}})
     add_gpu_node(core_v1, "node-a", gpus=4, mem=16000)
     add_gpu_node(core_v1, "node-b", gpus=4, mem=16000)
-    eventually(lambda: len(control.plane.state.node_names()) == 2)
-    return control
+    control = start_plane(apiserver, "--status-period", "0.3")
+    try:
+        eventually(lambda: len(control.plane.state.node_names()) == 2)
+        yield control
+    finally:
+        control.stop()
 
 
 def _quota(core_v1, control, hard: dict) -> None:

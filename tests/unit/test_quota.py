@@ -184,3 +184,17 @@ def test_status_patch_writes_only_what_the_status_lacks():
                                                                              MEM: "9000"}
     quota["status"]["used"][MEM] = "garbage"
     assert status_patch(parse_quota(quota), Amount(1, 6000, 30)) is not None
+
+
+def test_sync_keeps_earlier_limits_of_a_quota_that_became_unreadable(caplog):
+    from hami_control.cluster.sync import QUOTAS, ClusterSync
+    state = _state({"n1": [gpu("A", mem=16000)]})
+    sync = ClusterSync(source=None, state=state)
+    assert QUOTAS in sync.kinds
+    sync._apply(QUOTAS, "ADDED", _quota({MEM: "1000"}))
+    sync._apply(QUOTAS, "MODIFIED", _quota({MEM: "1.5"}))
+    assert "give a whole number" in caplog.text
+    assert state.namespace_quotas() == [("t", {MEM: 1000}, Amount())]
+    sync._apply(QUOTAS, "DELETED", _quota({MEM: "1000"}))
+    assert state.namespace_quotas() == []
+    assert QUOTAS not in ClusterSync(source=None, state=state, quotas=False).kinds

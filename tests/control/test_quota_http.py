@@ -2,6 +2,9 @@
 ResourceQuota objects, refuses with ResourceQuotaNotFit and the numbers, counts a percentage in
 MiB of its GPU, never lets racing pods of a namespace past the quota, frees quota as pods
 finish, and writes the use into the quota's status, its metrics and the node's summary annotation."""
+import re
+import shutil
+import subprocess
 import threading
 import urllib.request
 
@@ -115,3 +118,22 @@ def test_kubernetes_keys_are_neither_enforced_nor_overwritten(core_v1, team):
         return {k: int(parse_quantity(v)) for k, v in (s.used or {}).items()}, s.hard
     used, hard = eventually(lambda: status()[0].get(MEM) == 2000 and status(), timeout=15)
     assert used["requests.nvidia.com/gpu"] == 1 and hard["requests.nvidia.com/gpu"] == "1"
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_describe_shows_namespace_use_and_node_allocation(core_v1, apiserver, team):
+    _quota(core_v1, team, {MEM: "20000"})
+    node = schedule(core_v1, team, _pod(core_v1, team, "p", gpu=2, gpumem=3000, gpucores=10))[0]
+
+    def kubectl(*args):
+        done = subprocess.run(["kubectl", "--kubeconfig", str(apiserver.kubeconfig), *args],
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+    quota = eventually(lambda: re.search(rf"{re.escape(MEM)}\s+6k\s+20k",
+                                         kubectl("describe", "quota", "-n", NS)), timeout=15,
+                       interval=0.3)
+    assert quota                                    # Used 6000 of Hard 20000, as placed
+    described = eventually(lambda: "gpumem 6000/64000 MiB" in kubectl("describe", "node", node)
+                           and kubectl("describe", "node", node), timeout=15, interval=0.3)
+    assert "hami.io/node-gpu-allocated: gpus 2/4 in use (2/40 slices)" in described

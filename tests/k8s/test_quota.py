@@ -37,18 +37,30 @@ def _wait(check, timeout: float, what: str):
     raise AssertionError(f"{what} not within {timeout:.0f} s")
 
 
-def _namespace(cluster, name: str, hard: dict) -> None:
-    v1 = cluster.core_v1
-    v1.create_namespace({"metadata": {"name": name}})
-    _wait(lambda: "default" in cluster.kubectl("get", "serviceaccount", "-n", name, "-o",
-                                               "name", check=False), 60, "default SA")
-    v1.create_namespaced_resource_quota(name, {"metadata": {"name": "gpu"},
-                                               "spec": {"hard": hard}})
+@pytest.fixture
+def namespace(real_cluster):
+    """namespace(name, hard): a namespace with a ResourceQuota `gpu`; deleted afterwards (its
+    pods with it), so that the session's other tests find the GPUs free."""
+    made = []
+
+    def make(name: str, hard: dict) -> None:
+        v1 = real_cluster.core_v1
+        v1.create_namespace({"apiVersion": "v1", "kind": "Namespace",
+                             "metadata": {"name": name}})
+        made.append(name)
+        _wait(lambda: "default" in real_cluster.kubectl(
+            "get", "serviceaccount", "-n", name, "-o", "name", check=False), 60, "default SA")
+        v1.create_namespaced_resource_quota(name, {
+            "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu"},
+            "spec": {"hard": hard}})
+    yield make
+    for name in made:
+        real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def _pod(cluster, namespace: str, name: str, seconds: int, **limits):
     cluster.core_v1.create_namespaced_pod(namespace, {
-        "metadata": {"name": name},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {"restartPolicy": "Never", "containers": [{
             "name": "main", "image": IMAGE,
             "command": ["python3", "-c", f"import time; time.sleep({seconds})"],
@@ -72,9 +84,9 @@ def _used(cluster, namespace: str) -> dict:
     return {k: int(parse_quantity(v)) for k, v in ((status and status.used) or {}).items()}
 
 
-def test_gpumem_quota_refuses_with_numbers_and_frees_when_a_pod_ends(real_cluster):
+def test_gpumem_quota_refuses_with_numbers_and_frees_when_a_pod_ends(real_cluster, namespace):
     c = real_cluster
-    _namespace(c, "quota-a", {MEM: "4000"})
+    namespace("quota-a", {MEM: "4000"})
     _pod(c, "quota-a", "first", 40, gpu=1, gpumem=3000, gpucores=10)
     _wait(lambda: _read(c, "quota-a", "first")["spec"].get("nodeName"), 120, "first bound")
     _pod(c, "quota-a", "second", 5, gpu=1, gpumem=3000, gpucores=10)
@@ -90,9 +102,9 @@ def test_gpumem_quota_refuses_with_numbers_and_frees_when_a_pod_ends(real_cluste
           "second placed after first ended")
 
 
-def test_kubernetes_and_hami_quotas_both_apply_and_count_differently(real_cluster):
+def test_kubernetes_and_hami_quotas_both_apply_and_count_differently(real_cluster, namespace):
     c = real_cluster
-    _namespace(c, "quota-b", {MEM: "8000", REQ_MEM: "8000", "requests.nvidia.com/gpu": "3"})
+    namespace("quota-b", {MEM: "8000", REQ_MEM: "8000", "requests.nvidia.com/gpu": "3"})
     _pod(c, "quota-b", "two-gpus", 300, gpu=2, gpumem=3000, gpucores=10)
     _wait(lambda: _read(c, "quota-b", "two-gpus")["spec"].get("nodeName"), 120, "bound")
     # Kubernetes charged 3000 (the per-GPU figure), HAMi 6000 (what the two GPUs give)

@@ -66,6 +66,7 @@ class NodePublisher:
         self.clock, self.log = clock, log
         self.on_patch = on_patch or (lambda: None)
         self._stop = threading.Event()
+        self._poke = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="publisher")
 
     def desired(self) -> str:
@@ -133,9 +134,15 @@ class NodePublisher:
             deadline = time.monotonic() + (self.interval if ok else RETRY_S)
             while not self._stop.is_set() and time.monotonic() < deadline:
                 version = self.table.wait_change(seen, min(0.5, self.interval))
-                if version != seen:
+                if version != seen or self._poke.is_set():
                     seen = version
+                    self._poke.clear()
                     break
+
+    def poke(self) -> None:
+        """Publishes within half a second: kubelet registered the plugin again, and a kubelet
+        that lost its device checkpoint zeroes every extended resource's capacity, ours too."""
+        self._poke.set()
 
     def start(self) -> "NodePublisher":
         """Publishes now and then periodically."""

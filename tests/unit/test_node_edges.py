@@ -392,3 +392,27 @@ def test_implementations_satisfy_their_protocols():
     assert isinstance(watch, XidWatch)
     assert isinstance(KubeCluster.__new__(KubeCluster), ClusterApi)
     assert isinstance(FakeCluster(), ClusterApi)
+
+
+def test_publisher_restores_zeroed_gpu_capacity_at_once_when_poked():
+    """kubelet that lost its device checkpoint zeroes every extended resource's capacity; the
+    re-registration pokes the publisher, which puts gpumem/gpucores back within a second
+    although its interval is long."""
+    from hami_node.plugin.publisher import NodePublisher
+    cluster = FakeCluster()
+    publisher = NodePublisher(cluster, DeviceTable(GPUS, 2), NODE, 1.0, 1.0, 300.0,
+                              log=lambda _m: None).start()
+    try:
+        want = {C.RESOURCE_MEM: str(40960 + 15360), C.RESOURCE_CORES: "200"}
+        wait_until = time.monotonic() + 5
+        while cluster.node.get("status", {}).get("allocatable") != want:
+            assert time.monotonic() < wait_until, cluster.node
+            time.sleep(0.02)
+        cluster.patch_node_status(NODE, {"capacity": dict.fromkeys(want, "0"),
+                                         "allocatable": dict.fromkeys(want, "0")})
+        publisher.poke()
+        time.sleep(1.0)
+        assert cluster.node["status"]["capacity"] == want
+        assert cluster.node["status"]["allocatable"] == want
+    finally:
+        publisher.stop()

@@ -104,20 +104,27 @@ def test_racing_pods_of_one_namespace_never_exceed_the_quota(core_v1, team):
     assert all("ResourceQuotaNotFit" in next(iter(r["FailedNodes"].values())) for r in refused)
 
 
-def test_kubernetes_keys_are_neither_enforced_nor_overwritten(core_v1, team):
-    """requests.nvidia.com/* is Kubernetes' (charged at pod creation by its admission, which
-    the double lacks): hami-control neither refuses on it nor touches its status values."""
-    _quota(core_v1, team, {MEM: "10000", "requests.nvidia.com/gpu": "1"})
-    core_v1.patch_namespaced_resource_quota_status("gpu", NS, {"status": {   # the controller's
-        "hard": {"requests.nvidia.com/gpu": "1"}, "used": {"requests.nvidia.com/gpu": "1"}}})
-    for name in ("a", "b"):                 # 2 GPUs > requests.nvidia.com/gpu: not ours to say
-        assert schedule(core_v1, team, _pod(core_v1, team, name, gpu=1, gpumem=1000))[0]
+def test_kubernetes_and_hami_quotas_both_apply_and_count_differently(core_v1, team):
+    """requests.nvidia.com/* is Kubernetes' (charged at creation by the API server's quota
+    admission, from the pod spec: 2 GPUs x 3000 MiB are 3000), limits.nvidia.com/* hami-control's
+    (charged at filter from the GPUs given: 6000); each refuses on its own, and hami-control's
+    status writes leave Kubernetes' keys alone."""
+    from kubernetes.client.rest import ApiException
+    req_mem = "requests.nvidia.com/gpumem"
+    _quota(core_v1, team, {MEM: "8000", req_mem: "8000", "requests.nvidia.com/gpu": "3"})
+    assert schedule(core_v1, team, _pod(core_v1, team, "two-gpus", gpu=2, gpumem=3000))[0]
+    more = _pod(core_v1, team, "one-more", gpu=1, gpumem=3000)     # Kubernetes: 6000 <= 8000
+    _, result, _ = schedule(core_v1, team, more)
+    assert "used 6000 + asked 3000 > limit 8000 MiB" in result["FailedNodes"]["node-a"]
+    with pytest.raises(ApiException) as refused:                   # Kubernetes: 4 GPUs > 3
+        _pod(core_v1, team, "over", gpu=1, gpumem=100)
+    assert refused.value.status == 403 and "exceeded quota: gpu" in refused.value.body
 
-    def status():
+    def used():
         s = core_v1.read_namespaced_resource_quota("gpu", NS).status
-        return {k: int(parse_quantity(v)) for k, v in (s.used or {}).items()}, s.hard
-    used, hard = eventually(lambda: status()[0].get(MEM) == 2000 and status(), timeout=15)
-    assert used["requests.nvidia.com/gpu"] == 1 and hard["requests.nvidia.com/gpu"] == "1"
+        return {k: int(parse_quantity(v)) for k, v in (s.used or {}).items()}
+    eventually(lambda: used().get(MEM) == 6000, timeout=15)
+    assert used() == {MEM: 6000, req_mem: 6000, "requests.nvidia.com/gpu": 3}
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")

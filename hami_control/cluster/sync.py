@@ -1,9 +1,10 @@
 """ClusterSync: keeps the SchedulerState current from the API server by list + watch.
 
-One thread per kind (nodes, pods, and resourcequotas unless quotas are off): list, apply, watch from the list's version; a watch that
-ends or breaks is resumed from the last version seen, a 410 (version too old) or a resync
-period leads to a fresh list, reconciled with what the state holds. A third thread applies the
-handshake rule as time passes and, on the leader, writes the handshake requests.
+One thread per kind (nodes, pods, and resourcequotas unless quotas are off): list, apply,
+watch from the list's version; a watch that ends or breaks is resumed from the last version
+seen, a 410 (version too old) or a resync period leads to a fresh list, reconciled with what
+the state holds. One more thread applies the handshake rule as time passes and, on the leader,
+writes the handshake requests.
 """
 import logging
 import threading

@@ -1,7 +1,8 @@
 """Namespace GPU quotas over HTTP against the API server double: hami-control watches
 ResourceQuota objects, refuses with ResourceQuotaNotFit and the numbers, counts a percentage in
 MiB of its GPU, never lets racing pods of a namespace past the quota, frees quota as pods
-finish, and writes the use into the quota's status, its metrics and the node's summary annotation."""
+finish, and writes the use into the quota's status, its metrics and the node's summary
+annotation; Kubernetes' own requests.nvidia.com/* quota (the double's admission) applies too."""
 import re
 import shutil
 import subprocess

@@ -121,6 +121,23 @@ def test_kubernetes_and_hami_quotas_both_apply_and_count_differently(real_cluste
     assert _used(c, "quota-b")[MEM] == 6000
 
 
+def test_32_pods_created_at_once_never_exceed_the_quota(real_cluster, namespace):
+    c = real_cluster
+    namespace("quota-c", {MEM: "5000"})
+    for i in range(32):
+        _pod(c, "quota-c", f"r{i}", 300, gpu=1, gpumem=1000, gpucores=1)
+
+    def counts():
+        items = json.loads(c.core_v1.list_namespaced_pod(
+            "quota-c", _preload_content=False).data)["items"]
+        bound = sum(1 for p in items if p["spec"].get("nodeName"))
+        refused = sum(1 for p in items if "ResourceQuotaNotFit" in _unschedulable(p))
+        return bound, refused
+    assert _wait(lambda: counts() == (5, 27), 300, "5 bound, 27 refused")
+    time.sleep(15)                          # retries (pod events) never let a sixth through
+    assert counts()[0] == 5 and _used(c, "quota-c")[MEM] == 5000
+
+
 def test_kubectl_shows_node_gpu_capacity_and_allocation(real_cluster):
     c = real_cluster
     (name, gpus), = c.gpus().items()

@@ -6,7 +6,8 @@ tests/k8s/conftest.py, hami_sim/realcluster). What only a real cluster can show:
   creation, counting the pod spec's per-GPU figures; hami-control refuses at filter, counting
   what the chosen GPUs give (2 GPUs x 3000 MiB are 6000 MiB for HAMi, 3000 for Kubernetes);
 - kube-scheduler retries a pod refused with ResourceQuotaNotFit once a pod of its namespace
-  ends; kubelet admits pods although nvidia.com/gpumem is now in the node's allocatable;
+  ends, and 32 pods created at once never get past the quota; kubelet admits pods although
+  nvidia.com/gpumem is now in the node's allocatable;
 - kubectl shows node capacity and namespace use.
 """
 from __future__ import annotations

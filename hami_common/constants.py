@@ -18,6 +18,7 @@ ANNO_NODE_REGISTER = "hami.io/node-nvidia-register"
 ANNO_NODE_HANDSHAKE = "hami.io/node-handshake"
 ANNO_NODE_LOCK = "hami.io/mutex.lock"
 ANNO_DEVICE_CORDON = "hami.io/device-cordon"
+ANNO_NODE_GPU_SUMMARY = "hami.io/node-gpu-allocated"    # ours: what is allocated, for kubectl
 
 # Pod annotations written by the scheduler.
 ANNO_VGPU_NODE = "hami.io/vgpu-node"

@@ -6,7 +6,7 @@ here accepts both so that readers need not care which agent wrote the annotation
 import json
 from dataclasses import asdict, dataclass
 
-from hami_common.constants import DEVICE_MODE_HAMI_CORE
+from hami_common.constants import DEVICE_MODE_HAMI_CORE, RESOURCE_CORES, RESOURCE_MEM
 from hami_common.errors import HamiFormatError
 
 
@@ -88,3 +88,17 @@ def decode(value: str) -> list:
     if len(set(ids)) != len(ids):
         raise HamiFormatError(f"register annotation lists a device twice: {sorted(ids)}")
     return devices
+
+
+def capacity(devices) -> dict:
+    """The node status capacity (and allocatable) the devices stand for, for kubectl:
+    `nvidia.com/gpumem` (MiB, scaled as registered) and `nvidia.com/gpucores` (percent points)
+    summed over every registered GPU, healthy or not.
+
+    Unhealthy GPUs are not taken off: for an extended resource no device plugin serves, kubelet
+    copies capacity into allocatable, and its admission checks the sum of the pods' requests
+    against it, so a pod already running on a GPU that later failed must still fit. kubelet's
+    sum is of per-container figures (per GPU, never times the GPU count, and percentages not at
+    all), so it never exceeds what the scheduler placed within the registered GPUs."""
+    return {RESOURCE_MEM: str(sum(d.devmem for d in devices)),
+            RESOURCE_CORES: str(sum(d.devcore for d in devices))}

@@ -52,6 +52,8 @@ class ControlConfig:
     resync_s: float = 300.0
     all_pods: bool = False
     track_resources: bool = True
+    quotas: bool = True
+    status_period_s: float = 5.0
     handshake_interval_s: float = 30.0
     lock_expiry_s: float = 300.0
     max_body: int = MAX_BODY
@@ -103,6 +105,14 @@ def parser() -> argparse.ArgumentParser:
                         "strand (watches every unfinished pod; default on). "
                         "--no-track-cpu-memory watches only the pods of --scheduler-name and "
                         "places on GPUs alone")
+    p.add_argument("--quotas", action=argparse.BooleanOptionalAction, default=True,
+                   help="enforce namespace GPU quotas from ResourceQuota objects "
+                        "(limits.nvidia.com/gpu, gpumem, gpucores; watches resourcequotas; "
+                        "default on)")
+    p.add_argument("--status-period", type=float, default=5.0, metavar="SECONDS",
+                   help="on the leader, write each quota's GPU use into its status and each "
+                        "node's allocation summary (annotation hami.io/node-gpu-allocated) "
+                        "this often, only where they changed; 0 to never (default 5)")
     p.add_argument("--resync-period", type=float, default=300.0, metavar="SECONDS",
                    help="full relist of nodes and pods this often (default 300)")
     p.add_argument("--handshake-interval", type=float, default=30.0, metavar="SECONDS",
@@ -242,7 +252,8 @@ def from_args(argv) -> ControlConfig:
         scheduler_name=args.scheduler_name, node_policy=args.node_scheduler_policy,
         gpu_policy=args.gpu_scheduler_policy, defaults=defaults, lease=_lease(args),
         resync_s=_positive("--resync-period", args.resync_period), all_pods=args.all_pods,
-        track_resources=args.track_cpu_memory,
+        track_resources=args.track_cpu_memory, quotas=args.quotas,
+        status_period_s=_positive("--status-period", args.status_period, True),
         handshake_interval_s=_positive("--handshake-interval", args.handshake_interval, True),
         lock_expiry_s=_positive("--lock-expiry", args.lock_expiry), max_body=args.max_body,
         threads=args.threads, log_level=args.log_level,

@@ -9,6 +9,8 @@ from typing import Callable, Optional
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from hami_control.placement.quota import KEYS as QUOTA_KEYS, PREFIX as QUOTA_PREFIX
+
 MIB = 1 << 20
 ZONE = "vGPU"
 _BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25,
@@ -35,6 +37,7 @@ class AllocationCollector:
         nodes, reservations = self._snapshot()
         yield from self._devices(nodes)
         yield from self._containers(reservations)
+        yield from self._quotas(self.state.namespace_quotas())
         for name, (help_text, value) in self.status().items():
             family = GaugeMetricFamily(name, help_text)
             family.add_metric([], value)
@@ -83,6 +86,26 @@ class AllocationCollector:
                     legacy.add_metric([str(index), str(d.usedcores), d.uuid, r.node, pod,
                                        namespace, ZONE], d.usedmem * MIB)
         yield from (cores, memory, legacy)
+
+
+    @staticmethod
+    def _quotas(namespaces):
+        """HAMi's per-namespace quota gauges: quota_name is the resource (nvidia.com/gpumem),
+        the limit also a label of `_used` as HAMi has it; the lowest limit of a namespace's
+        quotas, as that is the one enforced."""
+        used = GaugeMetricFamily("hami_resource_quota_used", "GPU quota a namespace uses "
+                                 "(GPUs, MiB or percent cores, as placed)",
+                                 labels=["namespace", "quota_name", "limit"])
+        limit = GaugeMetricFamily("hami_resource_quota_limit", "GPU quota of a namespace "
+                                  "(the lowest of its ResourceQuotas)",
+                                  labels=["namespace", "quota_name"])
+        for namespace, limits, amount in namespaces:
+            for key, value in zip(QUOTA_KEYS, amount):
+                if key in limits:
+                    name = key[len(QUOTA_PREFIX):]
+                    used.add_metric([namespace, name, str(limits[key])], value)
+                    limit.add_metric([namespace, name], limits[key])
+        yield from (used, limit)
 
 
 class ControlMetrics:

@@ -8,6 +8,7 @@ from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.ca_bundle import WebhookCaBundle
 from hami_control.cluster.leader import AlwaysLeader, LeaderElector
 from hami_control.cluster.leader_label import LeaderLabel
+from hami_control.cluster.status_writer import StatusWriter
 from hami_control.cluster.stranded import StrandedPods
 from hami_control.cluster.sync import ClusterSync, PodScope
 from hami_control.config import ControlConfig
@@ -59,7 +60,10 @@ class ControlPlane:
                                 is_leader=lambda: self.leader.is_leader,
                                 pods=PodScope(config.scheduler_name, config.track_resources,
                                               config.all_pods),
-                                on_pod=self.stranded.on_pod)
+                                quotas=config.quotas, on_pod=self.stranded.on_pod)
+        self.status_writer = StatusWriter(self.state, api, config.status_period_s,
+                                          is_leader=lambda: self.leader.is_leader,
+                                          quotas=config.quotas, node_info=self.sync.node_info)
         self.metrics = metrics or ControlMetrics()
         self.metrics.watch(self.state, self._status)
         locker = NodeLocker(api, clock, timedelta(seconds=config.lock_expiry_s),
@@ -100,6 +104,7 @@ class ControlPlane:
         if self.leader_label:       # a restarted container's pod may still carry the label
             self.leader_label(False)
         self.leader.start()
+        self.status_writer.start()
         if self.ca_bundle:
             self.ca_bundle.start()
         return self
@@ -109,6 +114,7 @@ class ControlPlane:
         if self.server is not None:
             self.server.stop()
         self.writer.close()
+        self.status_writer.stop()
         if self.ca_bundle:
             self.ca_bundle.stop()
         self.leader.stop()
@@ -132,7 +138,8 @@ class ControlPlane:
         update needs its new pod Ready while the old one still leads. Only the leader filters
         and binds; the extender's Service finds it by its label (cluster/leader_label.py)."""
         if not self.sync.synced:
-            return False, "the cluster view is not synced yet (listing nodes and pods)"
+            return False, ("the cluster view is not synced yet (listing nodes, pods and "
+                           "resourcequotas)")
         if self.leader.is_leader:
             return True, "ready (the leader: filters and binds)"
         return True, (f"ready (a follower: serves the webhook; the lease is held by "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
+from hami_control.placement.quota import effective_limits, node_summary, place_within_quota
 
 RECENT_KINDS = 64
 
@@ -63,6 +64,8 @@ class SchedulerState:
         self._pods: dict = {}
         self._registrations: dict = {}    # node name -> NodeRegistration applied
         self._tokens = itertools.count(1)
+        self._quotas: dict = {}           # namespace -> {quota name: QuotaSpec}
+        self._limits: dict = {}           # namespace -> effective limits (key -> value)
 
     @property
     def resources(self) -> bool:
@@ -142,14 +145,57 @@ class SchedulerState:
                 gone += 1
         return gone
 
+    # --- quotas (sync) -------------------------------------------------------------------
+    def apply_quota(self, namespace: str, name: str, spec) -> None:
+        """Applies a ResourceQuota's HAMi limits (spec None: it sets none, or it was deleted)."""
+        with self.lock:
+            specs = self._quotas.setdefault(namespace, {})
+            if spec is None:
+                specs.pop(name, None)
+            else:
+                specs[name] = spec
+            self._limits[namespace] = effective_limits(specs.values())
+            if not specs:
+                del self._quotas[namespace]
+                del self._limits[namespace]
+
+    def reconcile_quotas(self, listed) -> int:
+        """After a relist: forgets the quotas the list lacks; returns how many."""
+        present = set(listed)
+        with self.lock:
+            gone = [(ns, name) for ns, specs in self._quotas.items() for name in specs
+                    if (ns, name) not in present]
+        for namespace, name in gone:
+            self.apply_quota(namespace, name, None)
+        return len(gone)
+
+    def quota_usage(self) -> list:
+        """(QuotaSpec, Amount its namespace holds) for every quota with HAMi limits."""
+        with self.lock:
+            return [(spec, self.view.namespace_used(ns)) for ns, specs in self._quotas.items()
+                    for spec in specs.values()]
+
+    def node_summaries(self) -> dict:
+        """node name -> its allocation summary line (quota.node_summary)."""
+        with self.lock:
+            return {node.name: node_summary(node) for node in self.view.nodes}
+
+    def namespace_quotas(self) -> list:
+        """(namespace, effective limits, Amount it holds) for every namespace with a quota."""
+        with self.lock:
+            return [(ns, dict(limits), self.view.namespace_used(ns))
+                    for ns, limits in self._limits.items()]
+
     # --- filter --------------------------------------------------------------------------
     def decide(self, request, nodes: Optional[Iterable[str]]) -> Placement:
-        """Releases the pod's earlier reservation, places it, reserves the result at once, and
+        """Releases the pod's earlier reservation, places it within its namespace's quota,
+        reserves the result at once (so that it counts against the quota for the next pod), and
         marks the pod pending until `confirm` or `rollback`."""
         with self.lock:
             previous = self.view.release(request.key)
             try:
-                decision = self.engine.place(self.view, request, nodes)
+                decision = place_within_quota(self.engine, self.view, request, nodes,
+                                              self._limits.get(request.namespace))
             except Exception:
                 if previous is not None:
                     self.view.reserve(previous)

@@ -38,7 +38,8 @@ class WatchSource(Protocol):
     """What the cluster view sync reads: lists and watches of nodes and pods."""
 
     def list(self, kind: str, field_selector: str = "") -> tuple:
-        """(items, resourceVersion) of all `nodes` or `pods` (matching the field selector)."""
+        """(items, resourceVersion) of all `nodes`, `pods` or `resourcequotas` (matching the
+        field selector)."""
 
     def watch(self, kind: str, resource_version: str, timeout_s: float,
               field_selector: str = "") -> Iterator[tuple]:
@@ -83,6 +84,14 @@ class PodNodeApi(Protocol):
 
     def create_event(self, namespace: str, event: dict) -> None:
         """Records a core/v1 Event."""
+
+
+@runtime_checkable
+class QuotaStatusApi(Protocol):
+    """What the quota status writer changes: a ResourceQuota's status (HAMi's keys only)."""
+
+    def patch_quota_status(self, namespace: str, name: str, status: dict) -> dict:
+        """Merge-patches the ResourceQuota's status (keys not given are left as they are)."""
 
 
 @runtime_checkable

@@ -102,7 +102,9 @@ class KubeApi:
             return self._core.list_node
         if kind == "pods":
             return self._core.list_pod_for_all_namespaces
-        raise ValueError(f"cannot list {kind!r}; nodes or pods")
+        if kind == "resourcequotas":
+            return self._core.list_resource_quota_for_all_namespaces
+        raise ValueError(f"cannot list {kind!r}; nodes, pods or resourcequotas")
 
     def list(self, kind: str, field_selector: str = "") -> tuple:
         """Every object, in pages (a large cluster's pods in one answer cost the API server
@@ -199,6 +201,10 @@ class KubeApi:
 
     def create_event(self, namespace: str, event: dict) -> None:
         self._call(self._core.create_namespaced_event, namespace, event)
+
+    def patch_quota_status(self, namespace: str, name: str, status: dict) -> dict:
+        return self._call(self._core.patch_namespaced_resource_quota_status, name, namespace,
+                          {"status": status}, _content_type=MERGE_PATCH)
 
     # --- LeaseApi ------------------------------------------------------------------------
     def get_lease(self, namespace: str, name: str) -> Optional[dict]:

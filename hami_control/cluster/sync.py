@@ -1,17 +1,18 @@
 """ClusterSync: keeps the SchedulerState current from the API server by list + watch.
 
-One thread per kind (nodes, pods): list, apply, watch from the list's version; a watch that
-ends or breaks is resumed from the last version seen, a 410 (version too old) or a resync
-period leads to a fresh list, reconciled with what the state holds. A third thread applies the
-handshake rule as time passes and, on the leader, writes the handshake requests.
+One thread per kind (nodes, pods, and resourcequotas unless quotas are off): list, apply,
+watch from the list's version; a watch that ends or breaks is resumed from the last version
+seen, a 410 (version too old) or a resync period leads to a fresh list, reconciled with what
+the state holds. One more thread applies the handshake rule as time passes and, on the leader,
+writes the handshake requests.
 """
 import logging
 import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from hami_common.constants import (ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK, POD_FINISHED_PHASES,
-                                   SCHEDULER_NAME)
+from hami_common.constants import (ANNO_NODE_GPU_SUMMARY, ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK,
+                                   POD_FINISHED_PHASES, SCHEDULER_NAME)
 from hami_common.errors import HamiFormatError
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster import handshake
@@ -19,9 +20,11 @@ from hami_control.cluster.api import ApiError, Expired
 from hami_control.cluster.objects import (annotations, pod_key, registration_source,
                                           resource_version, scheduler_name)
 from hami_control.placement.annotations import node_registration, pod_reservation
+from hami_control.placement.quota import parse_quota
 
 log = logging.getLogger(__name__)
 KINDS = ("nodes", "pods")
+QUOTAS = "resourcequotas"
 # The pods kube-scheduler's own informer watches: "status.phase!=Succeeded,status.phase!=Failed".
 UNFINISHED = ",".join(f"status.phase!={phase}" for phase in POD_FINISHED_PHASES)
 
@@ -61,6 +64,7 @@ class NodeInfo:
     health: handshake.NodeHealth
     resource_version: str
     lock: Optional[str]
+    summary: Optional[str] = None   # hami.io/node-gpu-allocated as last written
 
 
 class ClusterSync:
@@ -69,25 +73,26 @@ class ClusterSync:
     def __init__(self, source, state, clock: Clock = SystemClock(), resync_s: float = 300.0,
                  handshake_interval_s: float = 30.0, writer=None,
                  is_leader: Callable[[], bool] = lambda: True, backoff_s: float = 1.0,
-                 pods: PodScope = PodScope(),
+                 pods: PodScope = PodScope(), quotas: bool = True,
                  on_pod: Callable[[dict, bool], None] = lambda pod, deleted: None):
         self.source, self.state, self.clock = source, state, clock
         self.resync_s, self.backoff_s = resync_s, backoff_s
         self.pods, self.on_pod = pods, on_pod
-        self.selectors = {"nodes": "", "pods": pods.selector}
+        self.kinds = KINDS + ((QUOTAS,) if quotas else ())
+        self.selectors = {"nodes": "", "pods": pods.selector, QUOTAS: ""}
         self.handshake_interval_s, self.writer, self.is_leader = \
             handshake_interval_s, writer, is_leader
         self._nodes: dict = {}
         self._nodes_lock = threading.Lock()
         self._bad_registrations: dict = {}
-        self._synced = {kind: threading.Event() for kind in KINDS}
+        self._synced = {kind: threading.Event() for kind in self.kinds}
         self._stop = threading.Event()
         self._threads: list = []
 
     # --- lifecycle -----------------------------------------------------------------------
     def start(self) -> "ClusterSync":
         """Starts the sync threads."""
-        targets = [(self._run, (kind,), f"sync-{kind}") for kind in KINDS]
+        targets = [(self._run, (kind,), f"sync-{kind}") for kind in self.kinds]
         targets.append((self._health_loop, (), "sync-handshake"))
         for target, args, name in targets:
             thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -104,7 +109,8 @@ class ClusterSync:
 
     @property
     def synced(self) -> bool:
-        """Whether nodes and pods have both been listed once."""
+        """Whether nodes, pods (and quotas) have all been listed once: until then a filter
+        could pass a pod over its namespace's quota."""
         return all(event.is_set() for event in self._synced.values())
 
     @property
@@ -148,6 +154,8 @@ class ClusterSync:
             gone = self.state.reconcile_pods((pod_key(o) for o in items), _int(rv))
             if gone:
                 log.info("relist: %d pods were deleted while unwatched; released", gone)
+        elif kind == QUOTAS:
+            self.state.reconcile_quotas(_quota_id(o) for o in items)
         else:
             self._reconcile_nodes({(o.get("metadata") or {}).get("name") for o in items})
         self._synced[kind].set()
@@ -157,6 +165,8 @@ class ClusterSync:
     def _apply(self, kind: str, etype: str, obj: dict) -> None:
         if kind == "pods":
             self._apply_pod(obj, deleted=etype == "DELETED")
+        elif kind == QUOTAS:
+            self._apply_quota(obj, deleted=etype == "DELETED")
         else:
             self._apply_node(obj, deleted=etype == "DELETED")
 
@@ -174,6 +184,16 @@ class ClusterSync:
                             key, e)
         self.state.apply_pod(key, resource_version(pod), reservation, deleted)
         self.on_pod(pod, deleted)
+
+    # --- quotas --------------------------------------------------------------------------
+    def _apply_quota(self, obj: dict, deleted: bool) -> None:
+        namespace, name = _quota_id(obj)
+        try:
+            spec = None if deleted else parse_quota(obj)
+        except HamiFormatError as e:
+            log.warning("%s; its earlier limits (if any) stay until it is fixed", e)
+            return
+        self.state.apply_quota(namespace, name, spec)
 
     # --- nodes ---------------------------------------------------------------------------
     def _registration(self, name: str, node: dict, source: tuple):
@@ -206,7 +226,8 @@ class ClusterSync:
         info = NodeInfo(self._registration(name, node, source), source,
                         handshake.NodeHealth.of(node),
                         str(meta.get("resourceVersion") or ""),
-                        annotations(node).get(ANNO_NODE_LOCK))
+                        annotations(node).get(ANNO_NODE_LOCK),
+                        annotations(node).get(ANNO_NODE_GPU_SUMMARY))
         with self._nodes_lock:
             self._nodes[name] = info
         self._evaluate(name, info)
@@ -255,6 +276,11 @@ class ClusterSync:
                 self.writer.patch_node_annotations(name, {ANNO_NODE_HANDSHAKE: value})
             except ApiError as e:
                 log.warning("node %s: could not write %s: %s", name, ANNO_NODE_HANDSHAKE, e)
+
+
+def _quota_id(obj: dict) -> tuple:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 
 
 def _int(value) -> Optional[int]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from hami_control.placement.capacity import CapacityIndex
 from hami_control.placement.model import Device, Node, PlacementError, add_hold
+from hami_control.placement.quota import ZERO, Amount, pod_amount
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ClusterView:
         self._static_cache = None
         self._position: dict = {}         # node name -> position
         self._last_candidates = None      # (epoch, names, mask, unknown)
+        self._ns_used: dict = {}          # namespace -> Amount its reservations hold (quota)
 
     # --- nodes -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -189,6 +191,7 @@ class ClusterView:
                                  f"{self._reservations[reservation.pod].node}; release it first")
         self._reservations[reservation.pod] = reservation
         self._by_node.setdefault(reservation.node, set()).add(reservation.pod)
+        self._count(reservation, +1)
         node = self._by_name.get(reservation.node)
         if node is not None:
             self._apply(node, reservation, +1)
@@ -199,10 +202,30 @@ class ClusterView:
         if reservation is None:
             return None
         self._by_node[reservation.node].discard(pod)
+        self._count(reservation, -1)
         node = self._by_name.get(reservation.node)
         if node is not None:
             self._apply(node, reservation, -1)
         return reservation
+
+    def namespace_used(self, namespace: str) -> Amount:
+        """GPU slices, MiB and cores the namespace's reservations hold (for its quota)."""
+        return self._ns_used.get(namespace, ZERO)
+
+    def namespaces_used(self) -> dict:
+        """namespace -> Amount, for every namespace that holds GPUs (a copy)."""
+        return dict(self._ns_used)
+
+    def _count(self, reservation: Reservation, sign: int) -> None:
+        if not reservation.devices:
+            return
+        namespace = reservation.pod.partition("/")[0]
+        held = pod_amount(reservation.devices, reservation.init_positions)
+        total = self._ns_used.get(namespace, ZERO) + Amount(*(sign * v for v in held))
+        if total == ZERO:
+            self._ns_used.pop(namespace, None)
+        else:
+            self._ns_used[namespace] = total
 
     def _apply(self, node: Node, reservation: Reservation, sign: int) -> None:
         for uuid, (slots, mem, cores) in reservation.device_usage().items():

@@ -28,6 +28,9 @@ class ClusterApi(Protocol):
                                resource_version: Optional[str] = None) -> dict:
         """Sets (None: removes) node annotations; 409 ClusterError if resource_version is stale."""
 
+    def patch_node_status(self, name: str, status: dict) -> dict:
+        """Merge-patches the node's status (keys not given are left as they are)."""
+
     def get_pod(self, namespace: str, name: str) -> Optional[dict]:
         """The Pod, or None when it does not exist."""
 
@@ -80,6 +83,11 @@ class KubeCluster:
         return self._call(f"patch node {name}", self._v1.patch_node, name,
                           _annotation_patch(annotations, resource_version),
                           _content_type=MERGE_PATCH)
+
+    def patch_node_status(self, name: str, status: dict) -> dict:
+        """Merge-patches the node's status subresource."""
+        return self._call(f"patch node {name} status", self._v1.patch_node_status, name,
+                          {"status": status}, _content_type=MERGE_PATCH)
 
     def get_pod(self, namespace: str, name: str) -> Optional[dict]:
         """GET the pod; None on 404."""

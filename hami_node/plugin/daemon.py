@@ -44,6 +44,7 @@ class NodeAgent:
         self.notifier = notifier or Notifier()
         self.usage_reader = usage_reader
         self.metrics = AgentMetrics()
+        self.publisher: Optional[NodePublisher] = None
         self.metrics_url = ""
         self.layout = HostLayout(Path(config.shim_host_dir))
         self._parts = []
@@ -103,7 +104,7 @@ class NodeAgent:
                                            device_specs=c.pass_device_specs)
         self.server = PluginServer(c.device_plugin_dir, endpoint_name(c.resource_name),
                                    c.resource_name, self.service, log=self.log,
-                                   on_register=self.metrics.registrations.inc).start()
+                                   on_register=self._registered).start()
         self.publisher = NodePublisher(
             self.cluster, table, c.node_name, c.device_memory_scaling, c.device_core_scaling,
             c.annotation_interval, layout=self.layout,
@@ -119,6 +120,11 @@ class NodeAgent:
         self.metrics.up.set(1)
         self.notifier.ready(f"serving {len(table.gpus)} GPU(s) x {c.device_split_count}")
         return self
+
+    def _registered(self) -> None:
+        self.metrics.registrations.inc()
+        if self.publisher is not None:        # None at the first registration: it starts next
+            self.publisher.poke()
 
     def dead_parts(self) -> list:
         """Names of the parts whose thread stopped."""

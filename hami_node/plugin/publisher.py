@@ -1,8 +1,10 @@
 """The node annotation publisher and the agent's periodic housekeeping.
 
 Every `interval` seconds, and at once when a GPU's health changes, it reads the Node and patches
-`hami.io/node-nvidia-register` (HAMi's JSON list, health included) when it differs. The handshake
-is the scheduler's alone (HAMi's current scheme: one write per node, see
+`hami.io/node-nvidia-register` (HAMi's JSON list, health included) when it differs, and the node
+status capacity/allocatable of `nvidia.com/gpumem` and `nvidia.com/gpucores` computed from the
+same register entries (`node_register.capacity`), so that kubectl shows them. The handshake is
+the scheduler's alone (HAMi's current scheme: one write per node, see
 hami_control/cluster/handshake.py), so the agent never writes it. The same loop releases stale
 node locks and removes the shared directories of pods that left the node.
 """
@@ -12,6 +14,8 @@ from typing import Callable, Optional
 
 from hami_common import node_register
 from hami_common.constants import ANNO_NODE_REGISTER
+from hami_common.errors import HamiFormatError
+from hami_common.quantity import parse_quantity
 from hami_node.plugin import layout as L
 from hami_node.plugin.cluster import ClusterApi
 from hami_node.plugin.devices import DeviceTable, register_entries
@@ -19,6 +23,21 @@ from hami_node.plugin.errors import ClusterError
 
 ORPHAN_GRACE_S = 60.0   # a shared directory younger than this is never collected
 RETRY_S = 2.0           # after a failed publish, try again this soon
+
+
+def _status_has(node: dict, values: dict) -> bool:
+    """Whether the node's status capacity and allocatable already hold these quantities (the
+    API server may spell them differently: 32000 comes back as "32k")."""
+    status = node.get("status") or {}
+    for section in ("capacity", "allocatable"):
+        have = status.get(section) or {}
+        for key, value in values.items():
+            try:
+                if key not in have or parse_quantity(have[key]) != parse_quantity(value):
+                    return False
+            except HamiFormatError:
+                return False
+    return True
 
 
 class NodePublisher:
@@ -37,25 +56,35 @@ class NodePublisher:
         self.clock, self.log = clock, log
         self.on_patch = on_patch or (lambda: None)
         self._stop = threading.Event()
+        self._poke = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="publisher")
 
     def desired(self) -> str:
         """The register annotation for the current table."""
-        return node_register.encode(register_entries(self.table.states(), self.table.split,
-                                                     *self.scaling))
+        return node_register.encode(self._entries())
+
+    def _entries(self) -> list:
+        return register_entries(self.table.states(), self.table.split, *self.scaling)
 
     def publish(self) -> bool:
         """One read-compare-patch; True when something was patched."""
         node = self.cluster.get_node(self.node)
         current = (node.get("metadata") or {}).get("annotations") or {}
         patch = {}
-        want = self.desired()
+        entries = self._entries()
+        want = node_register.encode(entries)
         if current.get(ANNO_NODE_REGISTER) != want:
             patch[ANNO_NODE_REGISTER] = want
+        capacity = node_register.capacity(entries)
+        stale = not _status_has(node, capacity)
+        if stale:
+            self.cluster.patch_node_status(self.node, {"capacity": capacity,
+                                                       "allocatable": capacity})
+            self.on_patch()
         if patch:
             self.cluster.patch_node_annotations(self.node, patch)
             self.on_patch()
-        return bool(patch)
+        return bool(patch) or stale
 
     def collect_orphans(self) -> int:
         """Removes the shared directories of pods no longer on this node; returns how many."""
@@ -91,9 +120,15 @@ class NodePublisher:
             deadline = time.monotonic() + (self.interval if ok else RETRY_S)
             while not self._stop.is_set() and time.monotonic() < deadline:
                 version = self.table.wait_change(seen, min(0.5, self.interval))
-                if version != seen:
+                if version != seen or self._poke.is_set():
                     seen = version
+                    self._poke.clear()
                     break
+
+    def poke(self) -> None:
+        """Publishes within half a second: kubelet registered the plugin again, and a kubelet
+        that lost its device checkpoint zeroes every extended resource's capacity, ours too."""
+        self._poke.set()
 
     def start(self) -> "NodePublisher":
         """Publishes now and then periodically."""

@@ -6,6 +6,7 @@ import json
 import time
 
 from . import patch as patching
+from . import quota as quota_admission
 from . import strategy
 from .errors import STALE, ApiError, already_exists, bad_request, conflict, invalid, not_found, success_status
 from .resources import RESOURCES, Resource, lookup
@@ -15,6 +16,8 @@ from .watch import Watcher
 
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
 NAMESPACES = lookup("", "v1", "namespaces")
+PODS = lookup("", "v1", "pods")
+QUOTAS = lookup("", "v1", "resourcequotas")
 PODS = lookup("", "v1", "pods")
 
 
@@ -85,18 +88,43 @@ class Api:
             raise not_found("namespaces", ns)
 
     def create(self, res: Resource, ns: str | None, body) -> tuple[int, bytes]:
-        """POST a new object."""
+        """POST a new object (a pod passes ResourceQuota admission of extended resources)."""
         obj = strategy.prepare_create(res, body, ns, self.clock)
         if res.namespaced:
             self._require_namespace(ns)
         name = obj["metadata"]["name"]
+        charges = self._admit_quota(ns, obj) if res is PODS else []
 
         def change(current):
             if current is not None:
                 raise already_exists(res.name, name, res.group)
             return obj
         _, new = self.store.write(res.key, ns or "", name, change)
+        for quota, status in charges:
+            self._charge(quota, status)
         return 201, new.raw
+
+    def _admit_quota(self, ns: str, pod: dict) -> list:
+        quotas = [e.obj for e in self.store.list(QUOTAS.key, ns)[0]]
+        if not quotas:
+            return []
+        return quota_admission.admit_pod(quotas, [e.obj for e in self.store.list(PODS.key, ns)[0]],
+                                         pod)
+
+    def _charge(self, quota: dict, status: dict) -> None:
+        meta = quota["metadata"]
+
+        def change(current):
+            if current is None:
+                raise not_found(QUOTAS.name, meta["name"])
+            merged = json.loads(current.raw)
+            for section, values in status.items():
+                merged.setdefault("status", {}).setdefault(section, {}).update(values)
+            return merged
+        try:
+            self.store.write(QUOTAS.key, meta["namespace"], meta["name"], change)
+        except ApiError:
+            pass            # deleted since the pod was admitted: nothing left to charge
 
     def update(self, res: Resource, ns: str | None, name: str, sub: str, body) -> tuple[int, bytes]:
         """PUT a whole object (or its status)."""

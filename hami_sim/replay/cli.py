@@ -1,7 +1,7 @@
 """`hami-sim replay`: replay a GPU-sharing trace through the placement engine.
 
     hami-sim replay [--trace openb] [--pods default] [--seeds 42-51] [--policy NAME] [--http]
-        [--json]
+        [--quotas QUOTAS.json] [--json]
     hami-sim replay --nodes NODES.csv --pods PODS.csv ...
 
 The shipped traces are found by short name (`--trace openb --pods gpushare40`, see
@@ -13,6 +13,8 @@ Each seed shuffles the pod list, inflates it to 130% of the GPUs and places the 
 With --http every pod takes the real path instead (webhook, filter, bind over HTTP to a
 hami-control process, against the API server double; see hami_sim/replay/http_placer.py), one
 seed after another, and the summary adds pods_per_s and filter_p99_ms.
+With --quotas the pods are dealt to the file's namespaces and each is kept within its
+namespace's GPU quota (hami_sim/replay/quotas.py), in process.
 """
 import argparse
 import json
@@ -26,6 +28,7 @@ from hami_control.placement.model import PlacementError
 from hami_control.placement.registry import BASELINE_POLICIES, SERVER_POLICIES
 from hami_sim.replay import catalog
 from hami_sim.replay.arrivals import arrivals
+from hami_sim.replay.quotas import load_quotas
 from hami_sim.replay.run import InProcessPlacer, cluster_view, replay
 from hami_sim.replay.trace import TraceError, load_nodes, load_pods
 
@@ -69,17 +72,21 @@ def _arguments(argv) -> argparse.Namespace:
     parser.add_argument("--http", action="store_true",
                         help="place through hami-control over HTTP (webhook, filter, bind) "
                         "against the API server double; server policies only")
+    parser.add_argument("--quotas", metavar="FILE", help="JSON namespace -> HAMi quota keys "
+                        "(limits.nvidia.com/gpu, gpumem, gpucores); pods are dealt to the "
+                        "namespaces in turn and kept within their quota (in process only)")
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
     return parser.parse_args(argv)
 
 
 def run_seed(job: tuple) -> dict:
     """One seed's replay (in a worker process): its curve, counts and per-pod timings."""
-    nodes_path, pods_path, policy, seed, ratio, split = job
+    nodes_path, pods_path, policy, seed, ratio, split, *rest = job
     nodes, pods = load_nodes(nodes_path), load_pods(pods_path)
     total_gpus = sum(n.gpus for n in nodes)
     view = cluster_view(nodes, split)
-    placer = InProcessPlacer(view, policy, seed, pods)
+    quotas = load_quotas(rest[0]) if rest and rest[0] else None
+    placer = InProcessPlacer(view, policy, seed, pods, quotas=quotas)
     result = replay(placer, arrivals(pods, total_gpus, seed, ratio), total_gpus, seed)
     return {**result.figures(), "overcommitted": len(view.overcommitted())}
 
@@ -97,6 +104,7 @@ def summarize(args, results, seconds: float, total_gpus: int) -> dict:
     pods = sum(r["pods"] for r in results)
     allocs = [r["alloc"] for r in results if r["alloc"] is not None]
     return {"policy": args.policy, "nodes": args.nodes, "pods_file": args.pods,
+            "quotas": getattr(args, "quotas", None),
             "gpus": total_gpus, "seeds": [r["seed"] for r in results],
             "gpu_alloc_pct": round(statistics.fmean(allocs), 3) if allocs else None,
             "per_seed": {str(r["seed"]): r["alloc"] for r in results},
@@ -143,10 +151,12 @@ def _print_table(summary, results) -> None:
 
 
 def run_seeds(nodes_path, pods_path, policy, seeds, ratio=1.3, split_count=10,
-              workers=1, http=False) -> list:
+              workers=1, http=False, quotas=None) -> list:
     """The per-seed results of a replay, seeds spread over `workers` processes (over HTTP:
     one after the other, each already runs an API server and hami-control)."""
     jobs = [(nodes_path, pods_path, policy, s, ratio, split_count) for s in seeds]
+    if quotas:
+        jobs = [job + (quotas,) for job in jobs]
     if http:
         from hami_sim.replay.http_placer import run_http_seed
         return [run_http_seed(job) for job in jobs]
@@ -166,6 +176,10 @@ def main(argv=None) -> int:
         load_pods(args.pods)
         if args.ratio <= 0 or args.split_count < 1 or args.workers < 1:
             raise ValueError("--ratio must be > 0, --split-count and --workers >= 1")
+        if args.quotas:
+            if args.http:
+                raise ValueError("--quotas replays in process; drop --http")
+            load_quotas(args.quotas)
         if args.http and args.policy not in SERVER_POLICIES:
             raise ValueError(f"--http: hami-control offers {', '.join(SERVER_POLICIES)}; "
                              f"{args.policy} is an in-process baseline")
@@ -175,7 +189,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     try:
         results = run_seeds(args.nodes, args.pods, args.policy, seeds, args.ratio,
-                            args.split_count, args.workers, args.http)
+                            args.split_count, args.workers, args.http, args.quotas)
     except PlacementError as e:
         print(f"hami-sim replay: {e}", file=sys.stderr)
         return 2

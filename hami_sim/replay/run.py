@@ -13,6 +13,7 @@ from typing import Optional, Protocol
 
 from hami_common.request import parse_pod
 from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
+from hami_control.placement.quota import place_within_quota
 from hami_control.placement.registry import PolicyRegistry
 from hami_control.placement.workload import PodClass, Workload, typical_classes
 
@@ -42,7 +43,8 @@ def trace_workload(pods) -> Workload:
 class InProcessPlacer:
     """Pod dict -> request -> the placement engine -> reservation in the view."""
 
-    def __init__(self, view: ClusterView, policy: str, seed: int, pods, timed: bool = True):
+    def __init__(self, view: ClusterView, policy: str, seed: int, pods, timed: bool = True,
+                 quotas: Optional[dict] = None):
         rng = random.Random(seed)
         registry = PolicyRegistry(rng=rng, allow_baselines=True,
                                   fgd_workload=trace_workload(pods) if policy == "fgd" else None)
@@ -51,12 +53,19 @@ class InProcessPlacer:
                                              resource_fit=True, explain=False),
                              registry=registry, rng=rng)
         self.timed, self.durations = timed, []
+        self.quotas, self._namespaces, self._arrived = quotas or {}, list(quotas or ()), 0
 
     def place(self, pod: dict) -> Optional[str]:
-        """Parse, place, reserve; the node name or None."""
+        """Parse, place (within the quota of the namespace dealt to it), reserve; the node name
+        or None."""
         start = time.perf_counter() if self.timed else 0.0
+        if self._namespaces:
+            pod["metadata"]["namespace"] = \
+                self._namespaces[self._arrived % len(self._namespaces)]
+            self._arrived += 1
         request = parse_pod(pod)
-        decision = self.engine.place(self.view, request)
+        decision = place_within_quota(self.engine, self.view, request, None,
+                                      self.quotas.get(request.namespace))
         if decision.ok:
             self.view.reserve(Reservation.of(request, decision))
         if self.timed:

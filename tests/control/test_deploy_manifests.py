@@ -133,6 +133,8 @@ def test_deployment_agrees_with_service_and_flags():
 NEEDED = [("", "nodes", v) for v in ("get", "list", "watch", "patch")] + \
     [("", "pods", v) for v in ("get", "list", "watch", "patch")] + \
     [("", "bindings", "create"), ("", "events", "create"), ("", "namespaces", "get")] + \
+    [("", "resourcequotas", v) for v in ("get", "list", "watch")] + \
+    [("", "resourcequotas/status", "patch")] + \
     [("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")] + \
     [("admissionregistration.k8s.io", "mutatingwebhookconfigurations", v)
      for v in ("get", "patch")]

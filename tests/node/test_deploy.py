@@ -62,7 +62,8 @@ def test_rbac_is_least_privilege():
     granted = {(g, r, v) for rule in rules for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}
     assert granted == {("", "pods", v) for v in ("get", "list", "watch", "patch")} | \
-        {("", "nodes", "get"), ("", "nodes", "patch"), ("", "events", "create")}
+        {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes/status", "patch"),
+         ("", "events", "create")}
     binding = documents()["ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == documents()["ClusterRole"]["metadata"]["name"]
 

@@ -8,6 +8,7 @@ import sys
 import time
 
 from hami_common import constants as C
+from hami_common.quantity import parse_quantity
 from hami_common.deviceplugin import HEALTHY, UNHEALTHY
 from hami_sim.launch import short_tempdir
 
@@ -50,6 +51,14 @@ def test_registration_device_list_and_annotation(node_cluster):
         (uuids[1], 1, SPLIT, int(15360 * 1.5), 200, "NVIDIA-Tesla T4", True)]
     status = sched.v1.read_node(node.name).status
     assert status.capacity[C.RESOURCE_GPU] == str(2 * SPLIT)
+    # what kubectl shows of GPU memory and cores: the register annotation's sums
+    want = {C.RESOURCE_MEM: int(16384 * 1.5) + int(15360 * 1.5), C.RESOURCE_CORES: 400}
+    for section in ("capacity", "allocatable"):
+        def shown():
+            values = getattr(sched.v1.read_node(node.name).status, section) or {}
+            return {k: int(parse_quantity(values[k])) for k in want if k in values}
+        assert wait_for(lambda: len(shown()) == len(want) and shown(),
+                        what=f"node status {section}") == want, section
 
 
 def test_annotation_is_patched_only_when_it_changes(node_cluster):
@@ -60,14 +69,14 @@ def test_annotation_is_patched_only_when_it_changes(node_cluster):
     def patches():
         return samples(proc.metrics(), "hami_node_annotation_patches_total")[0][1]
     time.sleep(1.6)   # three more refresh periods of 0.5 s
-    assert patches() == 1.0
+    assert patches() == 2.0       # the register annotation, the GPU memory and cores capacity
     # The handshake is the scheduler's alone (HAMi's one-write scheme; the agent answered it
     # before, costing a Node update per request): the agent leaves it as it is.
     request = "Requesting_2026-01-01 00:00:00"
     sched.v1.patch_node(node.name, {"metadata": {"annotations": {C.ANNO_NODE_HANDSHAKE: request}}})
     time.sleep(1.2)   # two more refresh periods
     assert sched.node_annotations()[C.ANNO_NODE_HANDSHAKE] == request
-    assert patches() == 1.0
+    assert patches() == 2.0
 
 
 def test_kubelet_restart_is_followed_within_two_seconds(node_cluster):

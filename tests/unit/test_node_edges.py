@@ -188,6 +188,12 @@ class FakeCluster:
     def patch_node_annotations(self, name, annotations, resource_version=None):
         return self._patch(self.node, annotations, resource_version)
 
+    def patch_node_status(self, name, status):
+        for section, values in status.items():
+            self.node.setdefault("status", {}).setdefault(section, {}).update(values)
+        self._bump(self.node)
+        return self.node
+
     def get_pod(self, namespace, name):
         return self.pods.get((namespace, name))
 
@@ -443,3 +449,25 @@ def test_an_api_outage_past_the_budget_fails_the_pod_with_a_true_message(alloc_e
     assert cluster.ann("p")[C.ANNO_DEVICES_TO_ALLOCATE] == f"{A},NVIDIA,100,10:;"
     assert [e[0] for e in cluster.events] == (["GPUAllocationFailed"] if where == "commit"
                                               else [])
+def test_publisher_restores_zeroed_gpu_capacity_at_once_when_poked():
+    """kubelet that lost its device checkpoint zeroes every extended resource's capacity; the
+    re-registration pokes the publisher, which puts gpumem/gpucores back within a second
+    although its interval is long."""
+    from hami_node.plugin.publisher import NodePublisher
+    cluster = FakeCluster()
+    publisher = NodePublisher(cluster, DeviceTable(GPUS, 2), NODE, 1.0, 1.0, 300.0,
+                              log=lambda _m: None).start()
+    try:
+        want = {C.RESOURCE_MEM: str(40960 + 15360), C.RESOURCE_CORES: "200"}
+        wait_until = time.monotonic() + 5
+        while cluster.node.get("status", {}).get("allocatable") != want:
+            assert time.monotonic() < wait_until, cluster.node
+            time.sleep(0.02)
+        cluster.patch_node_status(NODE, {"capacity": dict.fromkeys(want, "0"),
+                                         "allocatable": dict.fromkeys(want, "0")})
+        publisher.poke()
+        time.sleep(1.0)
+        assert cluster.node["status"]["capacity"] == want
+        assert cluster.node["status"]["allocatable"] == want
+    finally:
+        publisher.stop()

@@ -5,6 +5,7 @@ import pytest
 
 from hami_sim.replay import cli
 from hami_sim.replay.arrivals import arrivals
+from hami_sim.replay.quotas import load_quotas
 from hami_sim.replay.run import InProcessPlacer, allocation_curve, cluster_view, replay
 from hami_sim.replay.trace import TraceError, TracePod, load_nodes, load_pods
 
@@ -141,3 +142,32 @@ def test_cli_refuses_bad_arguments(tmp_path, capsys, args, message):
 def test_cli_reports_a_missing_file(tmp_path, capsys):
     assert cli.main(["--nodes", str(tmp_path / "nope.csv"), "--pods", "x.csv"]) == 2
     assert "cannot read trace file" in capsys.readouterr().err
+
+
+def test_quotas_deal_pods_to_namespaces_and_keep_each_within_its_quota(tmp_path, capsys):
+    nodes = write(tmp_path, "n.csv", NODE_HEADER + "n1,64000,65536,4,T4\n")
+    pods = write(tmp_path, "p.csv", POD_HEADER + "".join(
+        f"p{i},1000,1024,1,500,,LS,Running\n" for i in range(8)))
+    quotas = write(tmp_path, "q.json", json.dumps({
+        "a": {"limits.nvidia.com/gpucores": "100"}, "b": {}}))
+    view = cluster_view(load_nodes(nodes))
+    placer = InProcessPlacer(view, "bestfit", 42, load_pods(pods), quotas=load_quotas(quotas))
+    placed = [placer.place(p.pod_object()) is not None for p in load_pods(pods)]
+    # a (pods 0, 2, 4, 6) stops at two 50% pods; b (1, 3, 5, 7) has no limit
+    assert placed == [True, True, True, True, False, True, False, True]
+    assert view.namespace_used("a").cores == 100 and view.namespace_used("b").cores == 200
+    args = ["--nodes", nodes, "--pods", pods, "--seeds", "1", "--workers", "1", "--json"]
+    assert cli.main(args + ["--quotas", quotas]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["quotas"] == quotas
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[]", "expected an object"), ("{\"a\": 3}", "must map to an object"),
+    ("{\"a\": {\"limits.nvidia.com/gpumem\": \"1.5\"}}", "whole number"), ("{", "JSON"),
+], ids=["list", "not-object", "bad-value", "garbage"])
+def test_quota_file_errors_say_what_to_fix(tmp_path, capsys, text, message):
+    nodes = write(tmp_path, "n.csv", NODE_HEADER + "n1,1000,1000,1,T4\n")
+    pods = write(tmp_path, "p.csv", POD_HEADER + "p,1,1,1,100,,LS,Running\n")
+    quotas = write(tmp_path, "q.json", text)
+    assert cli.main(["--nodes", nodes, "--pods", pods, "--quotas", quotas]) == 2
+    assert message in capsys.readouterr().err

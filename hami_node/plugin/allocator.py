@@ -33,7 +33,8 @@ from hami_node.plugin.errors import AllocationError, ClusterError
 
 MAX_ATTEMPTS = 5
 # Real kubelet fails a pod for good when Allocate fails (UnexpectedAdmissionError), so a short
-# API hiccup is retried inside the call: statuses that say "try again", for up to this long.
+# API hiccup is retried inside the call, for up to RETRY_BUDGET_S: any failed read while the pod
+# is looked up (nothing has changed yet), and a write that failed with a "try again" status.
 TRANSIENT = frozenset({0, 429, 500, 502, 503, 504})
 RETRY_BUDGET_S = 10.0
 RETRY_FIRST_S = 0.2
@@ -219,11 +220,9 @@ class Allocator:
         except AllocationError as e:
             self.release_stale_lock()
             raise AllocationError(str(e)) from e
-        except ClusterError as e:
-            if e.status in TRANSIENT:
-                raise _Transient(e) from e
-            raise ClusterError(f"cannot look up the pod being started (nothing changed; "
-                               f"{FAILS_POD}): {e}", e.status) from e
+        except ClusterError as e:      # a read: harmless to repeat, whatever went wrong
+            raise _Transient(ClusterError(f"cannot look up the pod being started (nothing "
+                                          f"changed): {e}", e.status)) from e
         answers = []
         try:
             answers = self._plan(pod, requests)

@@ -421,7 +421,7 @@ def test_implementations_satisfy_their_protocols():
 def test_a_short_api_hiccup_is_retried_inside_allocate(alloc_env):
     cluster, allocator, _ = alloc_env
     cluster.add_pod("p", [[(A, 100, 10)]])
-    cluster.fail_reads, cluster.fail_patch = [503, 0], [500]
+    cluster.fail_reads, cluster.fail_patch = [503, 403], [500]   # any failed read is retried
     allocator.allocate([[f"{A}-0"]])
     assert cluster.ann("p")[C.ANNO_BIND_PHASE] == "success" and not cluster.events
 

@@ -116,6 +116,8 @@ def find_over_cap(processes: dict, owner: Callable[[int], Optional[tuple]],
 class OverCapWatch(Worker):
     """Checks every `interval_s` seconds; reports each offender once while it stays over."""
 
+    join_s = 0.5    # read-only work: a check in flight is not worth delaying shutdown for
+
     def __init__(self, backend, cluster, node: str, interval_s: float, *,
                  evict: bool = False, owner: Callable[[int], Optional[tuple]] = read_cgroup_owner,
                  on_round: Callable[[list], None] = lambda offenders: None,

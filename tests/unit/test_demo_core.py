@@ -262,3 +262,11 @@ def test_expectation_table_in_the_module_docstring_lists_every_clause():
     for clause in ("succeeds", "pending", "oom-at-limit", "share-near-limit", "same-gpu-as",
                    "gpu-type", "reason"):
         assert f"`{clause}" in expect.__doc__
+
+
+def test_real_scenario_groups_the_pods_that_share_a_gpu():
+    from hami_sim.demo.examples import load_examples
+    from hami_sim.realcluster.scenario import example_groups
+    groups = [[e.name for e in g] for g in example_groups(load_examples())]
+    assert groups == [["gpumem-oom"], ["gpucores-30"], ["share-a", "share-b"], ["t4-only"],
+                      ["too-big"]]

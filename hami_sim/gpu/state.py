@@ -22,7 +22,8 @@ class SimProc(ctypes.Structure):
     """One process using one device (pid 0: free slot)."""
     _fields_ = [("pid", ctypes.c_int32), ("contexts", ctypes.c_uint32),
                 ("start_time", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
-                ("reserved", ctypes.c_uint64 * 5)]
+                ("reserved", ctypes.c_uint64 * 4), ("host_pid", ctypes.c_int32),
+                ("reserved2", ctypes.c_uint32)]
 
 
 class SimBusy(ctypes.Structure):

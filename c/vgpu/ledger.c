@@ -142,6 +142,7 @@ static int take_slot(void)
                                          __ATOMIC_RELAXED))
             continue;
         p->priority = my_priority;
+        p->host_pid = 0;
         memset(&p->compute, 0, sizeof p->compute); /* figures of a previous owner */
         __atomic_store_n(&p->start_time, my_start, __ATOMIC_RELEASE);
         return i;
@@ -242,6 +243,34 @@ int vgpu_usage_of(int rec, struct vgpu_usage *out)
 }
 
 struct vgpu_device *vgpu_device_at(int rec) { return &shm->devices[rec]; }
+
+uint64_t vgpu_my_used(int rec)
+{
+    if (my_slot < 0 || slot_released || rec < 0 || rec >= VGPU_MAX_DEVICES)
+        return 0;
+    return __atomic_load_n(&shm->procs[my_slot].used[rec], __ATOMIC_RELAXED);
+}
+
+void vgpu_ledger_set_host_pid(int32_t host_pid)
+{
+    if ((my_slot >= 0 || vgpu_claim_slot() == 0) && !slot_released)
+        __atomic_store_n(&shm->procs[my_slot].host_pid, host_pid, __ATOMIC_RELAXED);
+}
+
+int vgpu_ledger_processes(int32_t *pids, int32_t *host_pids, int max)
+{
+    int n = 0;
+    vgpu_reap(0);
+    for (int i = 0; i < VGPU_MAX_PROCS && n < max; i++) {
+        int32_t pid = __atomic_load_n(&shm->procs[i].pid, __ATOMIC_ACQUIRE);
+        int32_t host = __atomic_load_n(&shm->procs[i].host_pid, __ATOMIC_RELAXED);
+        if (pid && host) {
+            pids[n] = pid;
+            host_pids[n++] = host;
+        }
+    }
+    return n;
+}
 
 struct vgpu_compute_figures *vgpu_my_figures(void)
 {

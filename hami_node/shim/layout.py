@@ -28,7 +28,8 @@ class VgpuProc(ctypes.Structure):
     """One process of the container (pid 0: free slot)."""
     _fields_ = [("pid", ctypes.c_int32), ("priority", ctypes.c_int32),
                 ("start_time", ctypes.c_uint64), ("used", ctypes.c_uint64 * MAX_DEVICES),
-                ("compute", VgpuComputeFigures), ("reserved", ctypes.c_uint8 * 48)]
+                ("compute", VgpuComputeFigures), ("reserved", ctypes.c_uint8 * 44),
+                ("host_pid", ctypes.c_int32)]
 
 
 class VgpuDevice(ctypes.Structure):

@@ -104,7 +104,19 @@ static void refresh_locked(int rec)
 {
     nvmlProcessInfo_t l[MAX_LISTED];
     unsigned int n = 0;
-    if (list(rec, l, &n) < 0)
+    uint64_t mine = 0;
+    /* The driver's list and the slot must be read with no charge or free of this process in
+     * between (another thread's free would make the driver's older figure look like
+     * footprint); a few tries, else nothing changes until the next refresh. */
+    int consistent = 0;
+    for (int attempt = 0; attempt < 4 && !consistent; attempt++) {
+        uint64_t generation = vgpu_ledger_generation();
+        if (list(rec, l, &n) < 0)
+            return;
+        mine = vgpu_my_used(rec);
+        consistent = generation == vgpu_ledger_generation();
+    }
+    if (!consistent)
         return;
     if (!known_locked()) {
         unsigned int me = find_me(rec, l, n);
@@ -117,7 +129,6 @@ static void refresh_locked(int rec)
     }
     int i = listed(l, n, host_pid);
     uint64_t driver = i >= 0 ? l[i].usedGpuMemory : 0;
-    uint64_t mine = vgpu_my_used(rec);
     uint64_t counted = mine > extra[rec] ? mine - extra[rec] : 0;
     uint64_t want = driver > counted ? driver - counted : 0;
     if (want > extra[rec])

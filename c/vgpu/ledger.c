@@ -30,6 +30,7 @@ static pid_t my_pid;
 static uint64_t my_start;
 static int my_priority, stop_in_lock;
 static pthread_mutex_t claim_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t my_generation; /* changes of this process's slot, for consistent reads */
 
 /* Whether the process of a slot still lives. When /proc cannot show it, existence is all
  * that can be seen, and a process that may be alive is never swept. */
@@ -183,6 +184,7 @@ static void add_locked(int rec, uint64_t bytes)
         raise(SIGSTOP);
     }
     shm->procs[my_slot].used[rec] += bytes;
+    __atomic_add_fetch(&my_generation, 1, __ATOMIC_RELEASE);
 }
 
 int vgpu_charge(int rec, uint64_t bytes)
@@ -227,6 +229,7 @@ void vgpu_uncharge(int rec, uint64_t bytes)
     uint64_t take = bytes < *mine ? bytes : *mine; /* never below what this process holds */
     *mine -= take;
     *total -= take < *total ? take : *total;
+    __atomic_add_fetch(&my_generation, 1, __ATOMIC_RELEASE);
     unlock();
 }
 
@@ -243,6 +246,8 @@ int vgpu_usage_of(int rec, struct vgpu_usage *out)
 }
 
 struct vgpu_device *vgpu_device_at(int rec) { return &shm->devices[rec]; }
+
+uint64_t vgpu_ledger_generation(void) { return __atomic_load_n(&my_generation, __ATOMIC_ACQUIRE); }
 
 uint64_t vgpu_my_used(int rec)
 {

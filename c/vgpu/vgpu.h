@@ -162,6 +162,9 @@ void *vgpu_passthrough(enum vgpu_sym s);
 /* Bytes this process holds on a record (its slot), and its host PID for the container's
  * NVML view (footprint.c finds it). */
 uint64_t vgpu_my_used(int rec);
+/* Changes with every charge or uncharge of this process: a figure read between two equal
+ * values saw no allocation or free of this process in between. */
+uint64_t vgpu_ledger_generation(void);
 void vgpu_ledger_set_host_pid(int32_t host_pid);
 /* The container's live processes: up to `max` (container pid, host pid) pairs. */
 int vgpu_ledger_processes(int32_t *pids, int32_t *host_pids, int max);

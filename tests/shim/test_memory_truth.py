@@ -34,7 +34,8 @@ def fill(sizes=(64, 2)):
 @pytest.fixture
 def container(shim):
     """The shim fixture with a 500 MiB context and a PID namespace offset."""
-    shim.env = dict(shim.env, HAMI_SIM_CTX_OVERHEAD="500m", HAMI_SIM_PID_OFFSET="100000")
+    shim.env = dict(shim.env, HAMI_SIM_CTX_OVERHEAD="500m", HAMI_SIM_MODULE_MEM="8m",
+                    HAMI_SIM_PID_OFFSET="100000")
     return shim
 
 

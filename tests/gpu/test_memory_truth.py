@@ -32,6 +32,17 @@ def ledger():
 
 def say(**kw):
     print(json.dumps(kw), flush=True)
+
+def driver_api():
+    """cuda-bindings' driver module and a checker, with the primary context current."""
+    from cuda.bindings import driver as cu
+    def ok(ret):
+        err, *rest = ret if isinstance(ret, tuple) else (ret,)
+        assert err == cu.CUresult.CUDA_SUCCESS, err
+        return rest[0] if len(rest) == 1 else rest
+    ok(cu.cuInit(0))
+    ok(cu.cuCtxSetCurrent(ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))))
+    return cu, ok
 '''
 
 
@@ -94,14 +105,7 @@ say(driver=driver_count(), held=len(held) * 64 * MiB, ledger=ledger(), message=m
 def test_vmm_create_map_release_then_a_refused_allocation(capped, record_property):
     pytest.importorskip("cuda.bindings")
     got = run_child(r'''
-from cuda.bindings import driver as cu
-def ok(ret):
-    err, *rest = ret if isinstance(ret, tuple) else (ret,)
-    assert err == cu.CUresult.CUDA_SUCCESS, err
-    return rest[0] if len(rest) == 1 else rest
-ok(cu.cuInit(0))
-ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
-ok(cu.cuCtxSetCurrent(ctx))
+cu, ok = driver_api()
 prop = cu.CUmemAllocationProp()
 prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
 prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -185,14 +189,7 @@ def test_graph_capture_under_the_shim(capped, real_gpu_env, record_property, mod
 def test_a_refused_malloc_async_leaves_the_ledger_within_the_cap(capped, record_property):
     pytest.importorskip("cuda.bindings")
     got = run_child(r'''
-from cuda.bindings import driver as cu
-def ok(ret):
-    err, *rest = ret if isinstance(ret, tuple) else (ret,)
-    assert err == cu.CUresult.CUDA_SUCCESS, err
-    return rest[0] if len(rest) == 1 else rest
-ok(cu.cuInit(0))
-ctx = ok(cu.cuDevicePrimaryCtxRetain(ok(cu.cuDeviceGet(0))))
-ok(cu.cuCtxSetCurrent(ctx))
+cu, ok = driver_api()
 s = ok(cu.cuStreamCreate(0))
 a = ok(cu.cuMemAllocAsync(256 * MiB, s))
 base = driver_count()

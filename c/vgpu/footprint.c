@@ -139,12 +139,20 @@ static void refresh_locked(int rec)
     refreshed[rec] = vgpu_now_ns();
 }
 
-void vgpu_footprint_after_context(int rec)
+void vgpu_footprint_after_context(int rec, uint64_t counted)
 {
     if (rec < 0)
         return;
     pthread_mutex_lock(&fp_lock);
+    uint64_t had = extra[rec];
+    int64_t stamp = refreshed[rec];
     refresh_locked(rec);
+    /* A context's own cost, as the driver charged it: what the footprint grew by, plus what
+     * was charged for it beforehand. The container's next contexts are charged this much
+     * before the driver is asked, so one that cannot fit is refused before it exists. */
+    if (refreshed[rec] != stamp && extra[rec] >= had)
+        __atomic_store_n(&vgpu_device_at(rec)->ctx_estimate, extra[rec] - had + counted,
+                         __ATOMIC_RELAXED);
     before_rec = -1;
     pthread_mutex_unlock(&fp_lock);
 }

@@ -171,8 +171,9 @@ int vgpu_ledger_processes(int32_t *pids, int32_t *host_pids, int max);
 
 /* ---- the driver's own figure for this process (footprint.c) ---- */
 /* Around a context's creation on record `rec`: the first one tells this process's host PID. */
+/* `counted`: what was charged for the new context before the driver was asked. */
 void vgpu_footprint_before_context(int rec);
-void vgpu_footprint_after_context(int rec);
+void vgpu_footprint_after_context(int rec, uint64_t counted);
 /* Before charging `bytes`: re-reads the driver's figure when stale or near the limit. */
 void vgpu_footprint_check(int rec, uint64_t bytes);
 /* Re-reads it now (before a refusal, at graph launch). */

@@ -102,7 +102,8 @@ struct vgpu_device {
     uint64_t refusals;        /* allocations refused at the limit */
     uint32_t sm_limit;        /* CUDA_DEVICE_SM_LIMIT percent; 0: none */
     uint32_t flags;           /* reserved, 0 */
-    uint8_t reserved[160];
+    uint8_t reserved[152];
+    uint64_t ctx_estimate;    /* what the driver charged the container's last new context */
     struct vgpu_compute compute; /* the compute limiter's budget for this GPU */
 };
 

@@ -38,7 +38,8 @@ class VgpuDevice(ctypes.Structure):
                 ("limit_bytes", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
                 ("peak_bytes", ctypes.c_uint64), ("refusals", ctypes.c_uint64),
                 ("sm_limit", ctypes.c_uint32), ("flags", ctypes.c_uint32),
-                ("reserved", ctypes.c_uint8 * 160), ("compute", VgpuCompute)]
+                ("reserved", ctypes.c_uint8 * 152), ("ctx_estimate", ctypes.c_uint64),
+                ("compute", VgpuCompute)]
 
 
 class VgpuHeader(ctypes.Structure):

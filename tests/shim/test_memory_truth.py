@@ -174,3 +174,26 @@ def test_graph_capture_works_under_the_shim_in_every_mode(container, mode):
     # the graph's 64 MiB memory node is counted once the graph ran
     assert said["used"] >= 500 * MiB + 64 * MiB and count <= CAP
     assert abs(said["used"] - count) <= 2 * MiB
+
+
+def test_a_second_context_that_cannot_fit_is_refused_before_it_exists(container):
+    first = container.watch(KERNEL + textwrap.dedent('''
+        ctx = context(0)
+        p = ok(cu.cuMemAlloc(300 * MiB))
+        say(pid=os.getpid())
+        sys.stdin.readline()
+    '''), limit="1024m", stdin=subprocess.PIPE)
+    container.next_line(first)
+    # the first context taught the container what a context costs (500 MiB): another one
+    # would take it to 500 + 300 + 500 MiB, so the second process is refused its context
+    out, _, _ = container.run('''
+        ok(cu.cuInit(0))
+        err, ctx = cu.cuCtxCreate(None, 0, ok(cu.cuDeviceGet(0)))
+        say(pid=os.getpid(), context=name(err))
+    ''', limit="1024m")
+    status = device_status(read_state(container.tmp / "sim" / STATE_FILE))[0]
+    first.stdin.write("\n")
+    first.stdin.flush()
+    assert first.wait(timeout=30) == 0
+    assert out[0]["context"] == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert sum(p.used_bytes for p in status.processes) <= CAP

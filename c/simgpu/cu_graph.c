@@ -8,6 +8,7 @@
  * cuDeviceGetGraphMemAttribute reports it. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "cu_internal.h"
 
@@ -71,7 +72,22 @@ SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph g
     return CUDA_SUCCESS;
 }
 
-void sim_capture_alloc(struct CUgraph_st *g, uint64_t bytes) { g->alloc_bytes += bytes; }
+/* A cuMemAllocAsync being captured: address space now, memory at graph launch. */
+CUresult sim_capture_alloc(CUdeviceptr *dptr, size_t bytes, struct CUstream_st *s)
+{
+    uint64_t size = sim_alloc_size(bytes);
+    void *mem = sim_map_memory(size);
+    struct sim_alloc a = {(uintptr_t)mem, size, 0, s->ctx->dev, ALLOC_GRAPH, NULL};
+    if (!mem || sim_alloc_put(&a) < 0) {
+        if (mem)
+            munmap(mem, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    s->capture->alloc_bytes += size;
+    *dptr = (CUdeviceptr)(uintptr_t)mem;
+    return CUDA_SUCCESS;
+}
+
 
 /* A launch's graph memory: the pool grows to the largest need seen, charged to the device. */
 static CUresult graph_pool_take(int dev, uint64_t bytes)

@@ -107,7 +107,7 @@ void sim_ctx_wait(struct CUctx_st *ctx);
 CUresult sim_capture_check(void);
 /* A cuMemAllocAsync on a capturing stream: a graph memory node (its memory comes from the
  * device's graph pool when the graph is launched). */
-void sim_capture_alloc(struct CUgraph_st *g, uint64_t bytes);
+CUresult sim_capture_alloc(CUdeviceptr *dptr, size_t bytes, struct CUstream_st *s);
 struct CUgraph_st *sim_new_graph(void);
 
 /* ---- cu_pool.c ---- */

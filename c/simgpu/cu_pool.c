@@ -190,22 +190,6 @@ static int pool_free_ptr(CUdeviceptr ptr, const struct CUstream_st *s)
     return 1;
 }
 
-/* A cuMemAllocAsync being captured: address space now, memory at graph launch. */
-static CUresult capture_alloc(CUdeviceptr *dptr, size_t bytes, struct CUstream_st *s)
-{
-    uint64_t size = sim_alloc_size(bytes);
-    void *mem = sim_map_memory(size);
-    struct sim_alloc a = {(uintptr_t)mem, size, 0, s->ctx->dev, ALLOC_GRAPH, NULL};
-    if (!mem || sim_alloc_put(&a) < 0) {
-        if (mem)
-            munmap(mem, size);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    sim_capture_alloc(s->capture, size);
-    *dptr = (CUdeviceptr)(uintptr_t)mem;
-    return CUDA_SUCCESS;
-}
-
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream h, int pt)
 {
     struct CUstream_st *s = NULL;
@@ -219,7 +203,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, 
     if (pool->magic != MAGIC_POOL)
         return CUDA_ERROR_INVALID_VALUE;
     if (s->capture)
-        return capture_alloc(dptr, bytes, s);
+        return sim_capture_alloc(dptr, bytes, s);
     return pool_alloc(dptr, bytes, pool);
 }
 

@@ -100,11 +100,13 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, int64_t duration_ns);
 /* Waits until all work of a context is done (the synchronous copies' implicit wait). */
 void sim_ctx_wait(struct CUctx_st *ctx);
 
-/* ---- cu_graph.c: capture modes ---- */
+/* ---- cu_capture.c: capture modes ---- */
 /* Called first by every "potentially unsafe" call: CUDA_SUCCESS, or, when a capture forbids
  * the call in this thread's mode, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED after invalidating the
  * captures concerned (as the driver does). */
 CUresult sim_capture_check(void);
+
+/* ---- cu_graph.c ---- */
 /* A cuMemAllocAsync on a capturing stream: a graph memory node (its memory comes from the
  * device's graph pool when the graph is launched). */
 CUresult sim_capture_alloc(CUdeviceptr *dptr, size_t bytes, struct CUstream_st *s);

@@ -129,6 +129,9 @@ static void refresh_locked(int rec)
     }
     int i = listed(l, n, host_pid);
     uint64_t driver = i >= 0 ? l[i].usedGpuMemory : 0;
+    /* NVML_VALUE_NOT_AVAILABLE (all ones) where the driver will not say: no figure. */
+    if (driver > vgpu_device_at(rec)->total_bytes)
+        return;
     uint64_t counted = mine > extra[rec] ? mine - extra[rec] : 0;
     uint64_t want = driver > counted ? driver - counted : 0;
     if (want > extra[rec])

@@ -1,11 +1,12 @@
 /* Driver for bench/shim_overhead.py: the shim's added cost in nanoseconds, without Python.
  *
- *   shim_overhead LIBVGPU PAIRS LAUNCHES ROUNDS
- *       resolves cuMemAlloc_v2 / cuMemFree_v2 / cuLaunchKernel twice in one process: from
- *       libcuda.so.1 (straight to the driver) and from LIBVGPU (through the shim, dlopen()ed
- *       after the real ones were taken), then alternates short timed rounds of each and
- *       prints, in ns per operation (medians over the rounds): "alloc_free_direct
- *       alloc_free_shim launch_direct launch_shim alloc_free_added launch_added".
+ *   shim_overhead PAIRS LAUNCHES ROUNDS LIBVGPU [LIBVGPU...]
+ *       resolves cuMemAlloc_v2 / cuMemFree_v2 / cuLaunchKernel / cuMemGetInfo_v2 in one
+ *       process from libcuda.so.1 (straight to the driver) and from each LIBVGPU (through a
+ *       shim, dlopen()ed after the real ones were taken; e.g. a build before a change and one
+ *       after), then rotates short timed rounds of each and prints one line per side (direct
+ *       first), in ns per operation (medians over the rounds): "pair launch meminfo
+ *       pair_added launch_added meminfo_added" (added: over direct, per round).
  *   shim_overhead startup
  *       cuInit only; prints the nanoseconds it took (run with LD_PRELOAD=libvgpu.so to time
  *       the shim's start-up: mapping the shared file and claiming a process slot).
@@ -37,7 +38,7 @@ static fn_t must(void *lib, const char *name)
 }
 
 struct api {
-    fn_t alloc, free, launch;
+    fn_t alloc, free, launch, meminfo;
 };
 
 static double time_pairs(const struct api *a, long n)
@@ -61,18 +62,30 @@ static double time_launches(const struct api *a, void *f, long n)
     return (now_ns() - t0) / n;
 }
 
+/* cuMemGetInfo: through the shim it re-reads the driver's figure for this process (the
+ * footprint refresh) every time, so its added cost is the refresh's upper bound. */
+static double time_meminfo(const struct api *a, long n)
+{
+    size_t free_b = 0, total_b = 0;
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        if (a->meminfo(&free_b, &total_b))
+            exit(3);
+    return (now_ns() - t0) / n;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* Median over rounds of column `k` of a rounds x 4 table, minus column `minus` if >= 0. */
-static double median_of(const double *t, long rounds, int k, int minus)
+/* Median over rounds of t[r][k] minus t[r][minus] (minus < 0: nothing), `width` columns. */
+static double median_of(const double *t, long rounds, int width, int k, int minus)
 {
     double *v = malloc((size_t)rounds * sizeof *v);
     for (long r = 0; r < rounds; r++)
-        v[r] = t[r * 4 + k] - (minus >= 0 ? t[r * 4 + minus] : 0);
+        v[r] = t[r * width + k] - (minus >= 0 ? t[r * width + minus] : 0);
     qsort(v, (size_t)rounds, sizeof *v, cmp_double);
     double m = v[rounds / 2];
     free(v);
@@ -90,50 +103,64 @@ static int startup(void)
     return rc;
 }
 
+#define MAX_APIS 4
+#define OPS 3 /* alloc+free pair, launch, cuMemGetInfo */
+
+static struct api resolve(void *lib)
+{
+    return (struct api){must(lib, "cuMemAlloc_v2"), must(lib, "cuMemFree_v2"),
+                        must(lib, "cuLaunchKernel"), must(lib, "cuMemGetInfo_v2")};
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "startup") == 0)
         return startup();
-    if (argc != 5)
+    if (argc < 5 || argc - 4 + 1 > MAX_APIS)
         return 2;
-    long pairs = atol(argv[2]), launches = atol(argv[3]), rounds = atol(argv[4]);
+    long pairs = atol(argv[1]), launches = atol(argv[2]), rounds = atol(argv[3]);
+    int apis = argc - 4 + 1; /* direct, then each shim given */
     void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
     if (!cuda)
         return 2;
-    struct api direct = {must(cuda, "cuMemAlloc_v2"), must(cuda, "cuMemFree_v2"),
-                         must(cuda, "cuLaunchKernel")};
-    void *shim = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    if (!shim) {
-        fprintf(stderr, "%s\n", dlerror());
-        return 2;
-    }
-    struct api hooked = {must(shim, "cuMemAlloc_v2"), must(shim, "cuMemFree_v2"),
-                         must(shim, "cuLaunchKernel")};
+    struct api api[MAX_APIS] = {resolve(cuda)};
     int dev = 0;
     void *ctx = NULL, *mod = NULL, *f = NULL;
-    if (must(shim, "cuInit")(0) || must(cuda, "cuDeviceGet")(&dev, 0) ||
-        must(cuda, "cuDevicePrimaryCtxRetain")(&ctx, dev) || must(cuda, "cuCtxSetCurrent")(ctx) ||
-        must(cuda, "cuModuleLoadData")(&mod, "x") ||
+    for (int k = 1; k < apis; k++) {
+        void *shim = dlopen(argv[3 + k], RTLD_NOW | RTLD_LOCAL);
+        if (!shim) {
+            fprintf(stderr, "%s\n", dlerror());
+            return 2;
+        }
+        api[k] = resolve(shim);
+        /* the primary context through each shim: it learns what the context costs */
+        if (must(shim, "cuInit")(0) || must(cuda, "cuDeviceGet")(&dev, 0) ||
+            must(shim, "cuDevicePrimaryCtxRetain")(&ctx, dev))
+            return 4;
+    }
+    if (must(cuda, "cuCtxSetCurrent")(ctx) || must(cuda, "cuModuleLoadData")(&mod, "x") ||
         must(cuda, "cuModuleGetFunction")(&f, mod, "spin"))
         return 4;
-    /* Short rounds, alternating which side goes first: drift and load from elsewhere hit
-     * both sides alike, and the median of the per-round differences ignores outliers. */
-    double *t = calloc((size_t)rounds * 4, sizeof *t);
+    /* Short rounds, rotating which side goes first: drift and load from elsewhere hit every
+     * side alike, and the median of the per-round differences ignores outliers. */
+    double *t = calloc((size_t)rounds * apis * OPS, sizeof *t);
     for (long r = 0; r < rounds; r++) {
-        const struct api *first = r % 2 ? &hooked : &direct, *second = r % 2 ? &direct : &hooked;
-        double a = time_pairs(first, pairs), b = time_pairs(second, pairs);
-        double c = time_launches(first, f, launches), d = time_launches(second, f, launches);
-        t[r * 4 + 0] = r % 2 ? b : a;
-        t[r * 4 + 1] = r % 2 ? a : b;
-        t[r * 4 + 2] = r % 2 ? d : c;
-        t[r * 4 + 3] = r % 2 ? c : d;
+        for (int i = 0; i < apis; i++) {
+            int k = (int)((r + i) % apis);
+            double *row = &t[r * apis * OPS + k * OPS];
+            row[0] = time_pairs(&api[k], pairs);
+            row[1] = time_launches(&api[k], f, launches);
+            row[2] = time_meminfo(&api[k], pairs / 10 + 1);
+        }
     }
-    double out[6];
-    for (int k = 0; k < 4; k++)
-        out[k] = median_of(t, rounds, k, -1);
-    out[4] = median_of(t, rounds, 1, 0); /* shim - direct, per round */
-    out[5] = median_of(t, rounds, 3, 2);
-    printf("%.1f %.1f %.1f %.1f %.1f %.1f\n", out[0], out[1], out[2], out[3], out[4], out[5]);
+    /* One line per side: its medians, then its added medians over direct (per round). */
+    for (int k = 0; k < apis; k++) {
+        for (int op = 0; op < OPS; op++)
+            printf("%.1f ", median_of(t, rounds, apis * OPS, k * OPS + op, -1));
+        for (int op = 0; op < OPS; op++)
+            printf("%.1f ", median_of(t, rounds, apis * OPS, k * OPS + op, op));
+        printf("\n");
+    }
     free(t);
     return 0;
 }

@@ -1,11 +1,18 @@
 """Benchmark of the libvgpu shim on the simulated GPU: what it adds to a cuMemAlloc+cuMemFree
-pair and to a cuLaunchKernel (a C driver times both, through the shim and straight to the
-driver, in one process), and what it adds to start-up when 100 processes start at once.
+pair, to a cuLaunchKernel and to a cuMemGetInfo (a C driver times them through the shim and
+straight to the driver, in one process), and what it adds to start-up when 100 processes start
+at once.
+
+With --before LIBVGPU (a build of the shim before a change), the same run also times that
+build side by side, so a change's cost (e.g. the footprint refresh of issue 17: amortised on
+allocations, none on launches, every time in cuMemGetInfo) reads as before/after figures
+measured under the same load.
 
 Targets (issue 3): <= 1 us per alloc/free pair, <= 50 ns per launch without a compute limit,
 100 processes starting at once add no more than 2x the wall time of one.
 
 usage: python bench/shim_overhead.py [--pairs N] [--launches N] [--rounds N] [--procs N]
+                                     [--before LIBVGPU] [--no-startup]
 """
 import argparse
 import statistics
@@ -77,6 +84,9 @@ def main() -> int:
     p.add_argument("--launches", type=int, default=20000, help="launches per round")
     p.add_argument("--rounds", type=int, default=201, help="alternating rounds of each")
     p.add_argument("--procs", type=int, default=100)
+    p.add_argument("--before", metavar="LIBVGPU", help="another libvgpu.so build to time "
+                   "side by side (e.g. built from the commit before a change)")
+    p.add_argument("--no-startup", action="store_true", help="skip the start-up figures")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -84,18 +94,27 @@ def main() -> int:
         env = shim_env(ShimSettings(memory_limit=8 << 30, cache_path=str(tmp / "bench.cache")),
                        sim_env(gpus="16g", state_dir=tmp / "state"))
         env.pop("LD_PRELOAD")  # the driver loads the shim itself, next to the real driver
-        out = subprocess.run([str(exe), str(lib_path()), str(args.pairs), str(args.launches),
-                              str(args.rounds)], env=env, capture_output=True, text=True,
-                             timeout=600)
+        libs = [str(lib_path())] + ([args.before] if args.before else [])
+        out = subprocess.run([str(exe), str(args.pairs), str(args.launches), str(args.rounds),
+                              *libs], env=env, capture_output=True, text=True, timeout=900)
         if out.returncode:
             print(out.stderr, file=sys.stderr)
             return 1
-        pair_direct, pair_shim, launch_direct, launch_shim, pair_added, launch_added = \
-            map(float, out.stdout.split())
-        print(f"cuMemAlloc+cuMemFree pair: {pair_direct:.0f} ns direct, {pair_shim:.0f} ns "
-              f"through the shim: adds {pair_added:.0f} ns (target <= 1000 ns)")
-        print(f"cuLaunchKernel: {launch_direct:.1f} ns direct, {launch_shim:.1f} ns through the "
-              f"shim: adds {launch_added:.1f} ns (target <= 50 ns)")
+        rows = [list(map(float, line.split())) for line in out.stdout.splitlines()]
+        direct = rows[0]
+        print(f"direct to the driver: alloc+free pair {direct[0]:.0f} ns, launch "
+              f"{direct[1]:.1f} ns, cuMemGetInfo {direct[2]:.0f} ns")
+        for name, row in zip(["this shim", "before (--before)"], rows[1:]):
+            print(f"{name}: alloc+free pair {row[0]:.0f} ns (adds {row[3]:.0f} ns, target <= "
+                  f"1000), launch {row[1]:.1f} ns (adds {row[4]:.1f} ns, target <= 50), "
+                  f"cuMemGetInfo {row[2]:.0f} ns (adds {row[5]:.0f} ns)")
+        if len(rows) == 3:
+            now, before = rows[1], rows[2]
+            print(f"this shim - before: alloc+free pair {now[3] - before[3]:+.0f} ns, launch "
+                  f"{now[4] - before[4]:+.1f} ns, cuMemGetInfo {now[5] - before[5]:+.0f} ns "
+                  "(differences of the medians of per-round added costs)")
+        if args.no_startup:
+            return 0
         startup_figures(exe, tmp, args.procs, 7)
     return 0
 

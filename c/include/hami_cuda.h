@@ -53,6 +53,7 @@ typedef enum cudaError_enum { HAMI_CU_RESULTS(HAMI_ENUM_ITEM) } CUresult;
 typedef enum CUdevice_attribute_enum { HAMI_CU_DEVICE_ATTRIBUTES(HAMI_ENUM_ITEM) } CUdevice_attribute;
 typedef enum CUarray_format_enum { HAMI_CU_ARRAY_FORMATS(HAMI_ENUM_ITEM) } CUarray_format;
 typedef enum CUmemPool_attribute_enum { HAMI_CU_MEMPOOL_ATTRIBUTES(HAMI_ENUM_ITEM) } CUmemPool_attribute;
+typedef enum CUgraphMem_attribute_enum { HAMI_CU_GRAPH_MEM_ATTRIBUTES(HAMI_ENUM_ITEM) } CUgraphMem_attribute;
 typedef enum CUmemLocationType_enum { HAMI_CU_MEM_LOCATION_TYPES(HAMI_ENUM_ITEM) } CUmemLocationType;
 typedef enum CUmemAllocationType_enum { HAMI_CU_MEM_ALLOCATION_TYPES(HAMI_ENUM_ITEM) } CUmemAllocationType;
 typedef enum CUmemAllocationHandleType_enum {

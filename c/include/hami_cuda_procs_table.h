@@ -178,5 +178,9 @@
     X(cuGraphLaunch, 10000, DEFAULT, cuGraphLaunch, PFN_cuGraphLaunch_v10000) \
     X(cuGraphLaunch, 10000, PTSZ, cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz) \
     X(cuGraphExecDestroy, 10000, DEFAULT, cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000) \
+    X(cuThreadExchangeStreamCaptureMode, 10010, DEFAULT, cuThreadExchangeStreamCaptureMode, PFN_cuThreadExchangeStreamCaptureMode_v10010) \
+    X(cuDeviceGetGraphMemAttribute, 11040, DEFAULT, cuDeviceGetGraphMemAttribute, PFN_cuDeviceGetGraphMemAttribute_v11040) \
+    X(cuDeviceSetGraphMemAttribute, 11040, DEFAULT, cuDeviceSetGraphMemAttribute, PFN_cuDeviceSetGraphMemAttribute_v11040) \
+    X(cuDeviceGraphMemTrim, 11040, DEFAULT, cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040) \
     X(cuGraphInstantiate, 12000, DEFAULT, cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040) \
     /* end of table */

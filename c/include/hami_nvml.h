@@ -126,6 +126,12 @@ typedef struct HAMI_NT(nvmlProcessInfo_v2_st) {
     unsigned int computeInstanceId;
 } HAMI_NT(nvmlProcessInfo_t);
 
+/* The first process struct, of the unversioned nvmlDeviceGetComputeRunningProcesses. */
+typedef struct HAMI_NT(nvmlProcessInfo_v1_st) {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} HAMI_NT(nvmlProcessInfo_v1_t);
+
 typedef struct HAMI_NT(nvmlEventData_st) {
     nvmlDevice_t device;
     unsigned long long eventType;
@@ -163,7 +169,14 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int *node);
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization);
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos);
+/* The unversioned entry points older clients (built with NVML_NO_UNVERSIONED_FUNC_DEFS, or
+ * older binaries) look up, with their first structs. */
+nvmlReturn_t nvmlInit(void);
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount);
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos);
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set);
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set);
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes);

@@ -37,12 +37,13 @@ static void init_ctx(struct CUctx_st *c, int dev, unsigned int flags, int primar
     c->null_stream.ctx = c;
 }
 
-/* A context makes the process appear on the device (nvidia-smi lists it) and may cost
- * HAMI_SIM_CTX_OVERHEAD bytes of device memory, as a real context does. */
+/* A context makes the process appear on the device (nvidia-smi lists it) and costs device
+ * memory through no allocation call, as a real context does: the model's default or
+ * HAMI_SIM_CTX_OVERHEAD. */
 static CUresult attach(int dev)
 {
     sim_context_count(dev, 1);
-    uint64_t overhead = sim_ctx_overhead();
+    uint64_t overhead = sim_ctx_overhead(dev);
     if (overhead && sim_charge(dev, overhead) < 0) {
         sim_context_count(dev, -1);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -50,12 +51,36 @@ static CUresult attach(int dev)
     return CUDA_SUCCESS;
 }
 
-static void detach(int dev)
+static void detach(struct CUctx_st *c)
 {
-    uint64_t overhead = sim_ctx_overhead();
+    uint64_t overhead = sim_ctx_overhead(c->dev);
     if (overhead)
-        sim_uncharge(dev, overhead);
-    sim_context_count(dev, -1);
+        sim_uncharge(c->dev, overhead);
+    if (c->module_bytes)
+        sim_uncharge(c->dev, c->module_bytes);
+    c->module_bytes = 0;
+    sim_context_count(c->dev, -1);
+}
+
+/* Lazy loading (the default since CUDA 12.2) loads a module's code and data into a context
+ * when its kernels are first used, not when the module is loaded. */
+CUresult sim_ctx_kernels_used(struct CUctx_st *c)
+{
+    if (__atomic_load_n(&c->module_bytes, __ATOMIC_RELAXED))
+        return CUDA_SUCCESS;
+    uint64_t bytes = sim_module_memory();
+    if (!bytes)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&primary_lock);
+    CUresult rc = CUDA_SUCCESS;
+    if (!c->module_bytes) {
+        if (sim_charge(c->dev, bytes) == 0)
+            c->module_bytes = bytes;
+        else
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    pthread_mutex_unlock(&primary_lock);
+    return rc;
 }
 
 static CUresult push(struct CUctx_st *c)
@@ -97,7 +122,7 @@ static CUresult primary_release(CUdevice dev)
     if (c->refcount <= 0) {
         rc = CUDA_ERROR_INVALID_CONTEXT;
     } else if (--c->refcount == 0) {
-        detach(dev);
+        detach(c);
     }
     pthread_mutex_unlock(&primary_lock);
     return rc;
@@ -113,7 +138,7 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     pthread_mutex_lock(&primary_lock);
     if (primaries[dev].refcount > 0) {
         primaries[dev].refcount = 0;
-        detach(dev);
+        detach(&primaries[dev]);
     }
     pthread_mutex_unlock(&primary_lock);
     return CUDA_SUCCESS;
@@ -196,7 +221,7 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
             ctx_stack[w++] = ctx_stack[r];
     ctx_depth = w;
     ctx->magic = MAGIC_DEAD;
-    detach(ctx->dev);
+    detach(ctx);
     return CUDA_SUCCESS;
 }
 
@@ -282,6 +307,8 @@ static CUresult synchronize(CUcontext ctx)
 {
     struct CUctx_st *c = NULL;
     CUresult rc = ctx_or_current(ctx, &c);
+    if (rc == CUDA_SUCCESS)
+        rc = sim_capture_check(); /* waits for every stream, a capturing one too */
     if (rc == CUDA_SUCCESS) {
         sim_ctx_wait(c);
         sim_pools_trim(c->dev);

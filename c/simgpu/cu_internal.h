@@ -45,6 +45,7 @@ struct CUctx_st {
     int refcount; /* primary contexts: retains */
     int64_t tail_ns; /* end of the last work queued in this context */
     struct CUstream_st null_stream;
+    uint64_t module_bytes; /* module memory charged since its first kernel launch */
 };
 
 struct CUevent_st {
@@ -52,6 +53,7 @@ struct CUevent_st {
     unsigned int flags;
     int recorded;
     int64_t t_ns;
+    int captured; /* last recorded into a capture: a graph node, safe to query */
 };
 
 struct sim_node {
@@ -62,12 +64,18 @@ struct CUgraph_st {
     uint32_t magic;
     int count, cap;
     struct sim_node *nodes;
+    /* while it is a stream's capture (cu_graph.c) */
+    CUstreamCaptureMode mode;
+    pthread_t thread;  /* the thread that began the capture */
+    int invalidated;   /* a prohibited call happened: cuStreamEndCapture fails */
+    uint64_t alloc_bytes; /* graph memory nodes: what a launch takes from the graph pool */
 };
 
 struct CUgraphExec_st {
     uint32_t magic;
     int count;
     struct sim_node *nodes;
+    uint64_t alloc_bytes;
 };
 
 /* ---- cu_device.c ---- */
@@ -79,6 +87,10 @@ CUresult sim_check_device(CUdevice dev);
 /* The current context, or an error when there is none. */
 CUresult sim_require_ctx(struct CUctx_st **out);
 
+/* Charges module memory at a context's first kernel launch (lazy loading): CUDA_SUCCESS, or
+ * CUDA_ERROR_OUT_OF_MEMORY when the device has no room for it. */
+CUresult sim_ctx_kernels_used(struct CUctx_st *c);
+
 /* ---- cu_stream.c ---- */
 /* Resolves a stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream)
  * in the current context; `per_thread` selects what NULL means (the _ptsz/_ptds variants). */
@@ -87,6 +99,18 @@ CUresult sim_stream(CUstream h, int per_thread, struct CUstream_st **out);
 CUresult sim_stream_enqueue(struct CUstream_st *s, int64_t duration_ns);
 /* Waits until all work of a context is done (the synchronous copies' implicit wait). */
 void sim_ctx_wait(struct CUctx_st *ctx);
+
+/* ---- cu_capture.c: capture modes ---- */
+/* Called first by every "potentially unsafe" call: CUDA_SUCCESS, or, when a capture forbids
+ * the call in this thread's mode, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED after invalidating the
+ * captures concerned (as the driver does). */
+CUresult sim_capture_check(void);
+
+/* ---- cu_graph.c ---- */
+/* A cuMemAllocAsync on a capturing stream: a graph memory node (its memory comes from the
+ * device's graph pool when the graph is launched). */
+CUresult sim_capture_alloc(CUdeviceptr *dptr, size_t bytes, struct CUstream_st *s);
+struct CUgraph_st *sim_new_graph(void);
 
 /* ---- cu_pool.c ---- */
 /* Returns unused pool reservations above their release thresholds (at synchronize). */
@@ -102,7 +126,7 @@ uint64_t sim_alloc_size(size_t bytes);
 void *sim_map_memory(size_t bytes);
 
 /* ---- alloc_table.c: live allocations of this process, by base address ---- */
-enum sim_alloc_kind { ALLOC_DEVICE, ALLOC_MANAGED, ALLOC_HOST, ALLOC_POOL };
+enum sim_alloc_kind { ALLOC_DEVICE, ALLOC_MANAGED, ALLOC_HOST, ALLOC_POOL, ALLOC_GRAPH };
 struct sim_alloc {
     uintptr_t base;
     size_t size;      /* bytes mapped */

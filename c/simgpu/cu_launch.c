@@ -141,6 +141,8 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
         return rc;
     if (f != &spin_function)
         return CUDA_ERROR_INVALID_HANDLE;
+    if ((rc = sim_ctx_kernels_used(s->ctx)) != CUDA_SUCCESS)
+        return rc;
     uint64_t blocks = (uint64_t)gx * gy * gz, ns = 0;
     if (blocks == 0 || spin_ns(params, extra, &ns) != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_VALUE;

@@ -28,6 +28,8 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t bytes, enum sim_alloc_kin
         return rc;
     if (!dptr || bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = sim_capture_check()) != CUDA_SUCCESS) /* synchronous allocation */
+        return rc;
     uint64_t size = sim_alloc_size(bytes);
     if (size < bytes || sim_charge(c->dev, size) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -108,6 +110,8 @@ static CUresult free_alloc(uintptr_t base, int host)
         return rc;
     if (base == 0)
         return CUDA_SUCCESS;
+    if ((rc = sim_capture_check()) != CUDA_SUCCESS) /* synchronous free */
+        return rc;
     struct sim_alloc a;
     if (sim_alloc_take(base, &a) < 0)
         return CUDA_ERROR_INVALID_VALUE;

@@ -5,7 +5,12 @@
  * reserved; at every synchronize, and at cuMemPoolTrimTo, a pool gives back what it holds
  * above max(release threshold, used memory rounded up to a granule). The default release
  * threshold is 0, so an idle default pool returns everything at the next synchronize.
- * RESERVED_MEM_CURRENT is what the pool actually takes from the device. */
+ * RESERVED_MEM_CURRENT is what the pool actually takes from the device.
+ *
+ * cuMemFreeAsync returns memory to its pool only when the stream reaches the free, as the
+ * driver does: until then it stays in USED_MEM_CURRENT and no trim can give it back. A
+ * cuMemAllocAsync on a capturing stream allocates nothing now: it becomes a graph memory node
+ * (cu_graph.c). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -23,7 +28,18 @@ struct CUmemPoolHandle_st {
     uint64_t reserved, used, reserved_high, used_high, threshold;
 };
 
+#define MAX_PENDING 4096
+
+/* A stream-ordered free the stream has not reached yet. */
+struct pending_free {
+    struct CUmemPoolHandle_st *pool;
+    uint64_t size;
+    int64_t ready_ns;
+};
+
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pending_free pending[MAX_PENDING];
+static int pending_count;
 static struct CUmemPoolHandle_st default_pools[SIM_MAX_DEVICES];
 static struct CUmemPoolHandle_st *current_pools[SIM_MAX_DEVICES];
 static struct CUmemPoolHandle_st *created[MAX_POOLS];
@@ -53,8 +69,29 @@ static struct CUmemPoolHandle_st *current_pool(int dev)
     return current_pools[dev] ? current_pools[dev] : default_pool(dev);
 }
 
+static void give_back_locked(struct CUmemPoolHandle_st *p, uint64_t size)
+{
+    if (p->magic == MAGIC_POOL) /* a destroyed pool already returned its reservation */
+        p->used -= size < p->used ? size : p->used;
+}
+
+/* Settles the frees their streams have reached. */
+static void settle_frees_locked(void)
+{
+    int64_t now = sim_now_ns();
+    for (int i = 0; i < pending_count;) {
+        if (pending[i].ready_ns <= now) {
+            give_back_locked(pending[i].pool, pending[i].size);
+            pending[i] = pending[--pending_count];
+        } else {
+            i++;
+        }
+    }
+}
+
 static void trim_locked(struct CUmemPoolHandle_st *p, uint64_t keep_at_least)
 {
+    settle_frees_locked();
     uint64_t keep = sim_round_up(p->used, SIM_GRANULARITY);
     if (keep_at_least > keep)
         keep = keep_at_least;
@@ -98,6 +135,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct CUmemPoolHand
 {
     uint64_t size = sim_round_up(bytes, SIM_SMALL_ALIGN);
     pthread_mutex_lock(&pool_lock);
+    settle_frees_locked();
     int ok = reserve_locked(p, p->used + size) == 0;
     if (ok) {
         p->used += size;
@@ -124,24 +162,31 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct CUmemPoolHand
 void sim_pool_release(const struct sim_alloc *a)
 {
     munmap((void *)a->base, a->size);
-    struct CUmemPoolHandle_st *p = a->owner;
     pthread_mutex_lock(&pool_lock);
-    if (p->magic == MAGIC_POOL) /* a destroyed pool already returned its reservation */
-        p->used -= a->size < p->used ? a->size : p->used;
+    give_back_locked(a->owner, a->size);
     pthread_mutex_unlock(&pool_lock);
 }
 
-/* Frees an allocation that came from a pool; 0 when `ptr` is not one. */
-static int pool_free_ptr(CUdeviceptr ptr)
+/* A stream-ordered free: the address goes now, the memory when the stream gets there. */
+static int pool_free_ptr(CUdeviceptr ptr, const struct CUstream_st *s)
 {
     struct sim_alloc a;
     if (sim_alloc_take((uintptr_t)ptr, &a) < 0)
         return 0;
-    if (a.kind != ALLOC_POOL) {
+    if (a.kind != ALLOC_POOL && a.kind != ALLOC_GRAPH) {
         sim_alloc_put(&a);
         return 0;
     }
-    sim_pool_release(&a);
+    munmap((void *)a.base, a.size);
+    if (a.kind == ALLOC_GRAPH) /* graph memory: the graph pool keeps it */
+        return 1;
+    int64_t tail = s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
+    pthread_mutex_lock(&pool_lock);
+    if (pending_count < MAX_PENDING && !s->capture)
+        pending[pending_count++] = (struct pending_free){a.owner, a.size, tail};
+    else /* no room to wait (or freed into a graph): settled now */
+        give_back_locked(a.owner, a.size);
+    pthread_mutex_unlock(&pool_lock);
     return 1;
 }
 
@@ -157,6 +202,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, 
         pool = current_pool(s->ctx->dev);
     if (pool->magic != MAGIC_POOL)
         return CUDA_ERROR_INVALID_VALUE;
+    if (s->capture)
+        return sim_capture_alloc(dptr, bytes, s);
     return pool_alloc(dptr, bytes, pool);
 }
 
@@ -166,7 +213,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, int pt)
     CUresult rc = sim_stream(h, pt, &s);
     if (rc != CUDA_SUCCESS)
         return rc;
-    return pool_free_ptr(dptr) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return pool_free_ptr(dptr, s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 SIM_API CUresult cuMemAllocAsync(CUdeviceptr *d, size_t n, CUstream h)
@@ -244,6 +291,8 @@ SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     CUresult rc = sim_cu_ready();
     if (rc == CUDA_SUCCESS && (!pool || pool->magic != MAGIC_POOL))
         rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = sim_capture_check();
     if (rc == CUDA_SUCCESS) {
         pthread_mutex_lock(&pool_lock);
         trim_locked(pool, minBytesToKeep);
@@ -259,9 +308,14 @@ static CUresult pool_attribute(CUmemoryPool p, CUmemPool_attribute attr, void *v
         return rc;
     if (!p || p->magic != MAGIC_POOL || !value)
         return CUDA_ERROR_INVALID_VALUE;
+    /* Reported as unsafe during capture by CUDA library maintainers: the driver may need the
+     * pool's pending frees settled. */
+    if ((rc = sim_capture_check()) != CUDA_SUCCESS)
+        return rc;
     uint64_t *v64 = value;
     rc = CUDA_SUCCESS;
     pthread_mutex_lock(&pool_lock);
+    settle_frees_locked();
     switch (attr) {
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:

@@ -120,6 +120,10 @@
     X(cuStreamBeginCapture_v2_ptsz) \
     X(cuStreamEndCapture) \
     X(cuStreamEndCapture_ptsz) \
+    X(cuThreadExchangeStreamCaptureMode) \
+    X(cuDeviceGetGraphMemAttribute) \
+    X(cuDeviceSetGraphMemAttribute) \
+    X(cuDeviceGraphMemTrim) \
     X(cuStreamIsCapturing) \
     X(cuStreamIsCapturing_ptsz) \
     X(cuEventCreate) \

@@ -126,6 +126,8 @@ static CUresult stream_sync(CUstream h, int pt)
         return rc;
     if (s->capture)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (s == &s->ctx->null_stream && (rc = sim_capture_check()) != CUDA_SUCCESS)
+        return rc; /* the legacy stream waits for every blocking stream, capturing ones too */
     if (s == &s->ctx->null_stream)
         sim_ctx_wait(s->ctx); /* the legacy stream waits for every blocking stream */
     else if (s->tail_ns > sim_now_ns())
@@ -197,6 +199,7 @@ static CUresult event_record(CUevent ev, CUstream h, int pt)
         return rc;
     if (!ev || ev->magic != MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
+    ev->captured = s->capture != NULL;
     /* The device reaches the event when it would start the stream's next kernel: after the
      * stream's own work and, the device being time-sliced in submission order, after
      * everything queued on it before (another process's kernels too). A real GPU stamps an
@@ -231,9 +234,18 @@ static CUresult check_event(CUevent ev)
     return rc;
 }
 
-SIM_API CUresult cuEventQuery(CUevent ev)
+/* Waiting on or querying an event recorded outside a capture is unsafe while one runs. */
+static CUresult check_event_wait(CUevent ev)
 {
     CUresult rc = check_event(ev);
+    if (rc == CUDA_SUCCESS && !ev->captured)
+        rc = sim_capture_check();
+    return rc;
+}
+
+SIM_API CUresult cuEventQuery(CUevent ev)
+{
+    CUresult rc = check_event_wait(ev);
     if (rc != CUDA_SUCCESS)
         return rc;
     return (!ev->recorded || sim_now_ns() >= ev->t_ns) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -241,7 +253,7 @@ SIM_API CUresult cuEventQuery(CUevent ev)
 
 SIM_API CUresult cuEventSynchronize(CUevent ev)
 {
-    CUresult rc = check_event(ev);
+    CUresult rc = check_event_wait(ev);
     if (rc == CUDA_SUCCESS && ev->recorded && ev->t_ns > sim_now_ns())
         sim_sleep_until(ev->t_ns);
     return rc;

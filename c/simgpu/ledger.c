@@ -59,6 +59,7 @@ static struct sim_proc *my_slot_locked(struct sim_device *d)
                 memset(&d->procs[i], 0, sizeof d->procs[i]);
                 d->procs[i].pid = slots_pid;
                 d->procs[i].start_time = my_start_time;
+                d->procs[i].host_pid = slots_pid + sim_host_pid_offset();
                 my_slot[dev] = i;
                 return &d->procs[i];
             }
@@ -79,7 +80,7 @@ static uint64_t used_locked(const struct sim_device *d)
     uint64_t used = 0;
     for (int i = 0; i < SIM_MAX_PROCS; i++)
         if (d->procs[i].pid)
-            used += d->procs[i].used_bytes;
+            used += sim_reported(d->procs[i].used_bytes);
     return used;
 }
 
@@ -90,9 +91,9 @@ int sim_charge(int dev, uint64_t bytes)
         return -1;
     sim_lock();
     sim_reap_locked(d, 0);
-    if (used_locked(d) + bytes > d->total_bytes) {
+    if (used_locked(d) + sim_reported(bytes) > d->total_bytes) {
         sim_reap_locked(d, 1); /* a process may have died since the last check */
-        if (used_locked(d) + bytes > d->total_bytes) {
+        if (used_locked(d) + sim_reported(bytes) > d->total_bytes) {
             sim_unlock();
             return -1;
         }

@@ -42,6 +42,7 @@ static nvmlReturn_t init(void)
 }
 
 SIM_API nvmlReturn_t nvmlInit_v2(void) { return init(); }
+SIM_API nvmlReturn_t nvmlInit(void) { return init(); } /* the old name: same behaviour */
 SIM_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags;
@@ -97,7 +98,7 @@ static nvmlReturn_t cuda_version(int *v)
 SIM_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v) { return cuda_version(v); }
 SIM_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return cuda_version(v); }
 
-SIM_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+static nvmlReturn_t device_count(unsigned int *deviceCount)
 {
     if (!__atomic_load_n(&init_count, __ATOMIC_ACQUIRE))
         return NVML_ERROR_UNINITIALIZED;
@@ -107,7 +108,12 @@ SIM_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return NVML_SUCCESS;
 }
 
-SIM_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+SIM_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n) { return device_count(n); }
+/* The unversioned name counted every device, also ones the process may not use; the simulator
+ * has no such devices, so both answer alike. */
+SIM_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { return device_count(n); }
+
+static nvmlReturn_t handle_by_index(unsigned int index, nvmlDevice_t *device)
 {
     if (!__atomic_load_n(&init_count, __ATOMIC_ACQUIRE))
         return NVML_ERROR_UNINITIALIZED;
@@ -115,6 +121,15 @@ SIM_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevic
         return NVML_ERROR_INVALID_ARGUMENT;
     *device = &handles[index];
     return NVML_SUCCESS;
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d)
+{
+    return handle_by_index(i, d);
+}
+SIM_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d)
+{
+    return handle_by_index(i, d);
 }
 
 SIM_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)

@@ -1,6 +1,7 @@
 /* Simulated NVML: utilization, running processes and XID event sets. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nvml_internal.h"
 
@@ -39,7 +40,11 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h,
     if (rc != NVML_SUCCESS)
         return rc;
     int64_t now = sim_now_ns();
-    unsigned long long stamp = (unsigned long long)(now / 1000);
+    /* NVML stamps samples in Unix-epoch microseconds; callers ask for "newer than T" in it. */
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    unsigned long long stamp = (unsigned long long)wall.tv_sec * 1000000ULL +
+                               (unsigned long long)wall.tv_nsec / 1000;
     nvmlProcessUtilizationSample_t found[SIM_MAX_PROCS];
     unsigned int n = 0;
     sim_lock();
@@ -49,7 +54,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h,
         if (!p->pid)
             continue;
         memset(&found[n], 0, sizeof found[n]);
-        found[n].pid = (unsigned int)p->pid;
+        found[n].pid = (unsigned int)(p->host_pid ? p->host_pid : p->pid);
         found[n].timeStamp = stamp;
         found[n].smUtil = percent(sim_busy_ns_locked(d, now - WINDOW_NS, now, p->pid), WINDOW_NS);
         n++;
@@ -81,8 +86,8 @@ static nvmlReturn_t processes(nvmlDevice_t h, unsigned int *count, nvmlProcessIn
         const struct sim_proc *p = &d->procs[i];
         if (!p->pid)
             continue;
-        found[n].pid = (unsigned int)p->pid;
-        found[n].usedGpuMemory = p->used_bytes;
+        found[n].pid = (unsigned int)(p->host_pid ? p->host_pid : p->pid);
+        found[n].usedGpuMemory = sim_reported(p->used_bytes);
         found[n].gpuInstanceId = 0xFFFFFFFFu; /* no MIG */
         found[n].computeInstanceId = 0xFFFFFFFFu;
         n++;
@@ -102,6 +107,28 @@ SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, uns
                                                              nvmlProcessInfo_t *infos)
 {
     return processes(h, count, infos, 1);
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned int *count,
+                                                             nvmlProcessInfo_t *infos)
+{
+    return processes(h, count, infos, 1); /* nvmlProcessInfo_v2_t: the same layout */
+}
+
+/* The unversioned entry point of older clients, with the first struct: pid and memory. */
+SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned int *count,
+                                                          nvmlProcessInfo_v1_t *infos)
+{
+    unsigned int want = count ? *count : 0;
+    nvmlProcessInfo_t found[SIM_MAX_PROCS];
+    unsigned int n = want < SIM_MAX_PROCS ? want : SIM_MAX_PROCS;
+    nvmlReturn_t rc = processes(h, &n, infos ? found : NULL, 1);
+    if (rc == NVML_SUCCESS)
+        for (unsigned int i = 0; i < n; i++)
+            infos[i] = (nvmlProcessInfo_v1_t){found[i].pid, found[i].usedGpuMemory};
+    if (count && (rc == NVML_SUCCESS || rc == NVML_ERROR_INSUFFICIENT_SIZE))
+        *count = n;
+    return rc;
 }
 
 /* The simulator runs no graphics work. */

@@ -67,7 +67,13 @@ enum sim_status {
 enum sim_status sim_open(void);
 int sim_device_count(void);
 struct sim_device *sim_device(int index);
-uint64_t sim_ctx_overhead(void);
+/* Device memory a context takes on `dev` (HAMI_SIM_CTX_OVERHEAD, else the model's default),
+ * and module memory charged when a context first launches a kernel (HAMI_SIM_MODULE_MEM). */
+uint64_t sim_ctx_overhead(int dev);
+uint64_t sim_module_memory(void);
+/* The host PID NVML reports for this process: getpid() + HAMI_SIM_PID_OFFSET, as a container
+ * without hostPID sees NVML name its processes by PIDs that are not its own. */
+int32_t sim_host_pid_offset(void);
 
 void sim_lock(void);
 void sim_unlock(void);
@@ -95,6 +101,11 @@ int64_t sim_enqueue_busy(int dev, int64_t after_ns, int64_t duration_ns);
 int64_t sim_busy_ns_locked(const struct sim_device *d, int64_t from, int64_t to, int32_t pid);
 /* Records an XID event on a device (used by hami-sim inject-xid). */
 int sim_inject_xid(int dev, uint64_t xid);
+
+/* What NVML and cuMemGetInfo report as a process's use: the driver hands out memory in 2 MiB
+ * pages, so a process's figure moves in whole pages. */
+#define SIM_PAGE (2ULL << 20)
+static inline uint64_t sim_reported(uint64_t used) { return (used + SIM_PAGE - 1) / SIM_PAGE * SIM_PAGE; }
 
 /* ---- helpers ---- */
 static inline uint64_t sim_round_up(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }

@@ -40,7 +40,9 @@ struct sim_proc {
     uint32_t contexts;   /* live contexts of this process on this device */
     uint64_t start_time; /* field 22 of /proc/<pid>/stat: guards against pid reuse */
     uint64_t used_bytes; /* device memory this process holds (allocations, pools, ctx) */
-    uint64_t reserved[5];
+    uint64_t reserved[4];
+    int32_t host_pid; /* the pid NVML reports: pid + HAMI_SIM_PID_OFFSET of the process */
+    uint32_t reserved2;
 };
 
 /* Time the device was busy with one process's kernels, CLOCK_MONOTONIC nanoseconds. */

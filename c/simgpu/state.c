@@ -18,7 +18,10 @@ _Static_assert(sizeof(pthread_mutex_t) <= SIM_LOCK_BYTES, "mutex fits the lock f
 static pthread_once_t open_once = PTHREAD_ONCE_INIT;
 static enum sim_status open_status = SIM_NO_STATE;
 static struct sim_state *state;
-static uint64_t ctx_overhead;
+static uint64_t ctx_overhead;  /* HAMI_SIM_CTX_OVERHEAD; 0: the model's default */
+static int ctx_overhead_set;   /* HAMI_SIM_CTX_OVERHEAD given (0 included) */
+static uint64_t module_memory = 8ULL << 20; /* HAMI_SIM_MODULE_MEM */
+static int32_t pid_offset;     /* HAMI_SIM_PID_OFFSET */
 static int view[SIM_MAX_DEVICES]; /* visible index -> device record */
 static int view_count;
 
@@ -164,6 +167,41 @@ static int open_view(void)
     return view_count;
 }
 
+/* A size variable: 0 when unset; "0" means zero. -1 (reported) when malformed. */
+static int size_knob(const char *name, const char *text, uint64_t *out, int *set)
+{
+    if (!text || !text[0])
+        return 0;
+    *set = 1;
+    *out = strcmp(text, "0") == 0 ? 0 : sim_parse_size(text);
+    if (strcmp(text, "0") != 0 && !*out) {
+        fprintf(stderr, "hami-sim: %s='%s' is not a size like 300m\n", name, text);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_memory_knobs(const char *overhead)
+{
+    int unused = 0;
+    const char *offset = getenv("HAMI_SIM_PID_OFFSET");
+    if (size_knob("HAMI_SIM_CTX_OVERHEAD", overhead, &ctx_overhead, &ctx_overhead_set) < 0 ||
+        size_knob("HAMI_SIM_MODULE_MEM", getenv("HAMI_SIM_MODULE_MEM"), &module_memory,
+                  &unused) < 0)
+        return -1;
+    if (offset && offset[0]) {
+        char *end = NULL;
+        long v = strtol(offset, &end, 10);
+        if (*end || v < 0 || v > (1L << 30)) {
+            fprintf(stderr, "hami-sim: HAMI_SIM_PID_OFFSET='%s' is not a number of pids\n",
+                    offset);
+            return -1;
+        }
+        pid_offset = (int32_t)v;
+    }
+    return 0;
+}
+
 static void open_once_fn(void)
 {
     char err[256];
@@ -178,14 +216,9 @@ static void open_once_fn(void)
         open_status = SIM_BAD_CONFIG;
         return;
     }
-    if (overhead && overhead[0] && strcmp(overhead, "0") != 0) {
-        ctx_overhead = sim_parse_size(overhead);
-        if (!ctx_overhead) {
-            fprintf(stderr, "hami-sim: HAMI_SIM_CTX_OVERHEAD='%s' is not a size like 300m\n",
-                    overhead);
-            open_status = SIM_BAD_CONFIG;
-            return;
-        }
+    if (parse_memory_knobs(overhead) < 0) {
+        open_status = SIM_BAD_CONFIG;
+        return;
     }
     char dir[PATH_MAX], config[SIM_CONFIG_LEN];
     state_dir(dir, sizeof dir);
@@ -222,7 +255,29 @@ struct sim_device *sim_device(int index)
     return &state->devices[view[index]];
 }
 
-uint64_t sim_ctx_overhead(void) { return ctx_overhead; }
+/* What users of GPU-sharing systems report for a CUDA 12 context with lazy loading (driver
+ * state, local memory for the resident threads' stacks, the 8 MiB malloc heap, the printf
+ * FIFO): an observation, not a constant, hence HAMI_SIM_CTX_OVERHEAD. */
+static uint64_t model_overhead(const char *name)
+{
+    if (strstr(name, "H100") || strstr(name, "H200") || strstr(name, "H800") ||
+        strstr(name, "B200") || strstr(name, "GH200"))
+        return 520ULL << 20;
+    if (strstr(name, "A100") || strstr(name, "A800") || strstr(name, "A30"))
+        return 430ULL << 20;
+    return 300ULL << 20; /* smaller GPUs: fewer SMs, less local memory */
+}
+
+uint64_t sim_ctx_overhead(int dev)
+{
+    const struct sim_device *d = sim_device(dev);
+    if (ctx_overhead_set || !d)
+        return ctx_overhead;
+    return model_overhead(d->name);
+}
+
+uint64_t sim_module_memory(void) { return module_memory; }
+int32_t sim_host_pid_offset(void) { return pid_offset; }
 
 void sim_lock(void)
 {

@@ -42,7 +42,8 @@ cuModuleLoad cuModuleLoadData cuModuleLoadDataEx cuModuleUnload cuModuleGetFunct
 cuLibraryLoadData cuLibraryUnload cuLibraryGetKernel cuKernelGetFunction
 cuLaunchKernel cuLaunchKernelEx cuLaunchCooperativeKernel
 cuGraphCreate cuGraphDestroy cuGraphInstantiate cuGraphInstantiateWithFlags cuGraphLaunch
-cuGraphExecDestroy
+cuGraphExecDestroy cuThreadExchangeStreamCaptureMode cuDeviceGetGraphMemAttribute
+cuDeviceSetGraphMemAttribute cuDeviceGraphMemTrim
 """.split()
 
 # (api, version, flavour, symbol, PFN typedef) rows the naming rule cannot produce.

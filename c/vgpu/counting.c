@@ -7,10 +7,13 @@
 
 CUresult vgpu_count_begin(int rec, uint64_t bytes)
 {
+    vgpu_footprint_check(rec, bytes); /* near the limit: the driver's figure, fresh */
     if (vgpu_charge(rec, bytes) == 0)
         return CUDA_SUCCESS;
-    /* A synchronize may have shrunk this process's pools since they were last read. */
+    /* A synchronize may have shrunk this process's pools since they were last read, and the
+     * driver's figure may have fallen: a refusal is decided on fresh figures only. */
     vgpu_pools_reconcile();
+    vgpu_footprint_refresh(rec);
     return vgpu_charge(rec, bytes) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 

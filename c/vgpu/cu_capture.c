@@ -5,6 +5,7 @@
  * all (it charges known costs and measures nothing). These hooks keep the count of active
  * captures so that the common case (no capture) costs one load per launch. */
 #include "limiter.h"
+#include "vgpu.h"
 
 static int captures; /* begun and not yet ended, in this process */
 
@@ -33,6 +34,8 @@ static CUresult ended(CUresult rc)
          rc == CUDA_ERROR_STREAM_CAPTURE_UNJOINED) &&
         __atomic_sub_fetch(&captures, 1, __ATOMIC_RELAXED) < 0)
         __atomic_store_n(&captures, 0, __ATOMIC_RELAXED); /* begun through an unhooked entry */
+    /* Pool figures were not read during the capture (unsafe then): settle them now. */
+    vgpu_pools_reconcile();
     return rc;
 }
 

@@ -64,12 +64,20 @@ CUresult hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, 
     LIMITED(CALL_CU(cuLaunchKernelEx_ptsz, config, f, params, extra), EX_LAUNCH(config, f, 1));
 }
 
+/* A launched graph may have taken graph-pool memory (its memory nodes): count it. */
+static CUresult graph_launched(CUresult rc, CUstream s)
+{
+    if (rc == CUDA_SUCCESS)
+        vgpu_graph_memory_settle(s);
+    return rc;
+}
+
 CUresult hook_cuGraphLaunch(CUgraphExec exec, CUstream s)
 {
-    LIMITED(CALL_CU(cuGraphLaunch, exec, s), LAUNCH_GRAPH, 0, s, {0, 0, 0}, {0, 0, 0}, exec);
+    LIMITED(graph_launched(CALL_CU(cuGraphLaunch, exec, s), s), LAUNCH_GRAPH, 0, s, {0, 0, 0}, {0, 0, 0}, exec);
 }
 
 CUresult hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s)
 {
-    LIMITED(CALL_CU(cuGraphLaunch_ptsz, exec, s), LAUNCH_GRAPH, 1, s, {0, 0, 0}, {0, 0, 0}, exec);
+    LIMITED(graph_launched(CALL_CU(cuGraphLaunch_ptsz, exec, s), s), LAUNCH_GRAPH, 1, s, {0, 0, 0}, {0, 0, 0}, exec);
 }

@@ -1,5 +1,5 @@
 /* cuInit, what the container sees (cuMemGetInfo, cuDeviceTotalMem) and the counted
- * allocations: cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemCreate. Each charge is the
+ * allocations: cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged (VMM: cu_vmm.c). Each charge is the
  * driver's own rounding of the request (512 B up to 1 MiB, 2 MiB pages above), and each free
  * returns exactly what its allocation charged (allocmap.c). */
 #include "vgpu.h"
@@ -32,8 +32,10 @@ CUresult hook_cuMemGetInfo_v2(size_t *free, size_t *total)
     if (rc != CUDA_SUCCESS)
         return rc;
     vgpu_pools_reconcile();
+    int rec = vgpu_current_record(&rc);
+    vgpu_footprint_refresh(rec); /* the container's view includes what the driver spent */
     struct vgpu_usage u;
-    if (vgpu_usage_of(vgpu_current_record(&rc), &u) < 0 || !u.limit)
+    if (vgpu_usage_of(rec, &u) < 0 || !u.limit)
         return CUDA_SUCCESS; /* no limit: the physical view */
     uint64_t limit = min_u64(u.limit, *total);
     uint64_t left = u.used < limit ? limit - u.used : 0;
@@ -98,19 +100,4 @@ CUresult hook_cuMemFree_v2(CUdeviceptr dptr)
     if (!had) /* maybe stream-ordered memory freed synchronously: re-read the pools */
         vgpu_pools_reconcile();
     return vgpu_count_release(rc, KIND_MEMORY, (uintptr_t)dptr, had, &e);
-}
-
-CUresult hook_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
-                          const CUmemAllocationProp *prop, unsigned long long flags)
-{
-    int rec = -1; /* not counted: not device memory, or arguments the driver will refuse */
-    if (handle && size && prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-        rec = vgpu_record_of_ordinal(prop->location.id);
-    VGPU_CREATE_COUNTED(KIND_HANDLE, rec, size, handle,
-                        CALL_CU(cuMemCreate, handle, size, prop, flags));
-}
-
-CUresult hook_cuMemRelease(CUmemGenericAllocationHandle handle)
-{
-    VGPU_RELEASE_COUNTED(KIND_HANDLE, handle, CALL_CU(cuMemRelease, handle));
 }

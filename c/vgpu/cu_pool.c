@@ -9,9 +9,16 @@
  * and refused. Pools shrink only at synchronisation (stream, event, context), at
  * cuMemPoolTrimTo and when destroyed: those hooks, cuMemFreeAsync, cuMemGetInfo and every
  * refusal re-read the reservations ("reconcile"), so freed pool memory is returned to the
- * container as soon as the driver gives it back. */
+ * container as soon as the driver gives it back.
+ *
+ * Stream capture: pool attribute reads are unsafe while a capture is in progress (a GLOBAL
+ * capture forbids them to every thread), so none is made then: an allocation on a capturing
+ * stream is a graph memory node, counted when the graph is launched (the graph pool); one on
+ * another stream is charged from the shim's own ledger (its size in whole granules) and the
+ * pools are read again once no capture is left. A read that fails changes nothing. */
 #include <pthread.h>
 
+#include "limiter.h"
 #include "vgpu.h"
 
 #define MAX_POOLS 256
@@ -27,10 +34,14 @@ static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pool pools[MAX_POOLS];
 static int pool_count;
 
-static uint64_t attribute(CUmemoryPool pool, CUmemPool_attribute which)
+/* A pool figure: 0, or -1 when it cannot be read (then nothing may be settled on it). */
+static int attribute(CUmemoryPool pool, CUmemPool_attribute which, uint64_t *out)
 {
     cuuint64_t v = 0;
-    return CALL_CU(cuMemPoolGetAttribute, pool, which, &v) == CUDA_SUCCESS ? v : 0;
+    if (CALL_CU(cuMemPoolGetAttribute, pool, which, &v) != CUDA_SUCCESS)
+        return -1;
+    *out = v;
+    return 0;
 }
 
 /* This process's entry for a pool, added when new; NULL when the table is full. */
@@ -56,16 +67,22 @@ static void settle_locked(struct pool *p, uint64_t counted, uint64_t now)
     p->known = now;
 }
 
+static uint64_t reserved(const struct pool *p)
+{
+    uint64_t v = p->known;
+    attribute(p->handle, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v);
+    return v; /* unreadable: what is already counted stays counted */
+}
+
 static void reconcile_locked(void)
 {
     for (int i = 0; i < pool_count; i++)
-        settle_locked(&pools[i], pools[i].known,
-                      attribute(pools[i].handle, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+        settle_locked(&pools[i], pools[i].known, reserved(&pools[i]));
 }
 
 void vgpu_pools_reconcile(void)
 {
-    if (!__atomic_load_n(&pool_count, __ATOMIC_ACQUIRE))
+    if (!__atomic_load_n(&pool_count, __ATOMIC_ACQUIRE) || vgpu_capture_active())
         return;
     pthread_mutex_lock(&pools_lock);
     reconcile_locked();
@@ -99,11 +116,6 @@ static void real_free(const struct pool_call *c)
         CALL_CU(cuMemFreeAsync, *c->dptr, c->stream);
 }
 
-static uint64_t reserved(const struct pool *p)
-{
-    return attribute(p->handle, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
-}
-
 /* Counts the pool's growth from `*counted` to `now` when it fits the limit: 0, else -1. */
 static int count_growth(const struct pool *p, uint64_t *counted, uint64_t now)
 {
@@ -126,10 +138,42 @@ static CUresult fit_growth(struct pool *p, const struct pool_call *c, uint64_t *
     *now = reserved(p);
     if (count_growth(p, counted, *now) == 0)
         return CUDA_SUCCESS;
+    /* Refused: the free returns the memory to the pool only when the stream reaches it, so
+     * wait for that before trimming, and the ledger is back within the limit on return. */
     real_free(c);
+    if (c->per_thread)
+        CALL_CU(cuStreamSynchronize_ptsz, c->stream);
+    else
+        CALL_CU(cuStreamSynchronize, c->stream);
     CALL_CU(cuMemPoolTrimTo, p->handle, 0);
     *now = reserved(p);
+    if (*now > *counted) /* the driver kept more than fits: count the truth, no more */
+        *now = *counted;
     return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* Whether the call's stream is capturing (a safe query): its allocation is a graph node. */
+static int stream_captures(const struct pool_call *c)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult rc = c->per_thread ? CALL_CU(cuStreamIsCapturing_ptsz, c->stream, &st)
+                                : CALL_CU(cuStreamIsCapturing, c->stream, &st);
+    return rc == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* While another stream captures: charged from the ledger alone, no pool figure read. */
+static CUresult ledger_alloc(struct pool *p, const struct pool_call *c)
+{
+    uint64_t need = (c->bytes + GRANULE - 1) / GRANULE * GRANULE;
+    vgpu_footprint_check(p->rec, need);
+    if (vgpu_charge(p->rec, need) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = real_alloc(c);
+    if (rc == CUDA_SUCCESS)
+        p->known += need; /* settled on the real reservation after the capture */
+    else
+        vgpu_uncharge(p->rec, need);
+    return rc;
 }
 
 static CUresult pool_alloc(struct pool_call *c)
@@ -140,6 +184,8 @@ static CUresult pool_alloc(struct pool_call *c)
         CALL_CU(cuDeviceGetMemPool, &c->pool, dev);
     if (rec < 0 || !c->pool || !c->dptr || c->bytes == 0)
         return real_alloc(c);
+    if (vgpu_capture_active() && stream_captures(c))
+        return real_alloc(c); /* a graph memory node: counted at graph launch */
     pthread_mutex_lock(&pools_lock);
     struct pool *p = pool_locked(c->pool, rec);
     if (!p) {
@@ -148,10 +194,18 @@ static CUresult pool_alloc(struct pool_call *c)
                  MAX_POOLS);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    uint64_t in_use = 0;
+    if (vgpu_capture_active() ||
+        attribute(p->handle, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &in_use) < 0) {
+        CUresult lrc = ledger_alloc(p, c);
+        pthread_mutex_unlock(&pools_lock);
+        return lrc;
+    }
     reconcile_locked(); /* start from the truth, with every pool's shrinkage counted */
-    uint64_t want = attribute(p->handle, CU_MEMPOOL_ATTR_USED_MEM_CURRENT) + c->bytes;
+    uint64_t want = in_use + c->bytes;
     uint64_t need = want > p->known ? (want - p->known + GRANULE - 1) / GRANULE * GRANULE : 0;
     uint64_t counted = p->known, now = p->known;
+    vgpu_footprint_check(rec, need);
     CUresult rc = vgpu_charge(rec, need) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS) {
         counted += need;
@@ -242,4 +296,29 @@ CUresult hook_cuMemPoolDestroy(CUmemoryPool pool)
     }
     pthread_mutex_unlock(&pools_lock);
     return rc;
+}
+
+/* Graph memory nodes take their memory from the device's graph pool when a graph is launched;
+ * what the pool holds is counted like a memory pool's reservation (after the fact: the launch
+ * is queued already). Read only outside captures; the next launch settles what one missed. */
+static uint64_t graph_known[VGPU_MAX_DEVICES];
+
+void vgpu_graph_memory_settle(CUstream stream)
+{
+    (void)stream; /* the current context's device: a launch's stream belongs to it */
+    CUdevice dev = -1;
+    cuuint64_t now = 0;
+    if (vgpu_capture_active() || CALL_CU(cuCtxGetDevice, &dev) != CUDA_SUCCESS)
+        return;
+    int rec = vgpu_record_of_ordinal(dev);
+    if (rec < 0 || CALL_CU(cuDeviceGetGraphMemAttribute, dev,
+                           CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &now) != CUDA_SUCCESS)
+        return;
+    pthread_mutex_lock(&pools_lock);
+    if (now > graph_known[rec])
+        vgpu_charge_anyway(rec, now - graph_known[rec]);
+    else
+        vgpu_uncharge(rec, graph_known[rec] - now);
+    graph_known[rec] = now;
+    pthread_mutex_unlock(&pools_lock);
 }

@@ -61,6 +61,12 @@
        unsigned long long flags),                                                              \
       (handle, size, prop, flags))                                                             \
     X(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))                            \
+    /* VMM: memory stays counted until its last mapping goes (cu_vmm.c) */                     \
+    X(cuMemMap,                                                                                \
+      (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,       \
+       unsigned long long flags),                                                              \
+      (ptr, size, offset, handle, flags))                                                      \
+    X(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size))                                  \
     /* arrays (cu_array.c) */                                                                   \
     X(cuArrayCreate_v2, (CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray),        \
       (pHandle, pAllocateArray))                                                               \
@@ -131,15 +137,26 @@
 #define VGPU_NVML_HOOKS(X)                                                                     \
     X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t *memory), (device, memory))   \
     X(nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t device, nvmlMemory_v2_t *memory),               \
-      (device, memory))
+      (device, memory))                                                                        \
+    X(nvmlDeviceGetComputeRunningProcesses_v3,                                                 \
+      (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos),                \
+      (device, infoCount, infos))                                                              \
+    X(nvmlDeviceGetComputeRunningProcesses_v2,                                                 \
+      (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos),                \
+      (device, infoCount, infos))                                                              \
+    X(nvmlDeviceGetComputeRunningProcesses,                                                    \
+      (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos),             \
+      (device, infoCount, infos))
 
 /* Real functions the shim calls but does not hook: X(SYMBOL). */
 #define VGPU_CUDA_USES(X)                                                                      \
     X(cuCtxGetDevice) X(cuDeviceGetUuid_v2) X(cuDeviceGetMemPool) X(cuMemPoolGetAttribute)      \
     X(cuCtxGetCurrent) X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz) X(cuEventCreate)      \
     X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventElapsedTime)                \
-    X(cuEventDestroy_v2)
-#define VGPU_NVML_USES(X) X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex)
+    X(cuEventDestroy_v2) X(cuDeviceGetGraphMemAttribute)      \
+    X(cuCtxGetDevice_v2)
+#define VGPU_NVML_USES(X)                                                                      \
+    X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex) X(nvmlInit_v2) X(nvmlDeviceGetHandleByUUID)
 
 /* ---- generated declarations ---- */
 

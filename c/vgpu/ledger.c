@@ -30,6 +30,7 @@ static pid_t my_pid;
 static uint64_t my_start;
 static int my_priority, stop_in_lock;
 static pthread_mutex_t claim_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t my_generation; /* changes of this process's slot, for consistent reads */
 
 /* Whether the process of a slot still lives. When /proc cannot show it, existence is all
  * that can be seen, and a process that may be alive is never swept. */
@@ -142,6 +143,7 @@ static int take_slot(void)
                                          __ATOMIC_RELAXED))
             continue;
         p->priority = my_priority;
+        p->host_pid = 0;
         memset(&p->compute, 0, sizeof p->compute); /* figures of a previous owner */
         __atomic_store_n(&p->start_time, my_start, __ATOMIC_RELEASE);
         return i;
@@ -182,6 +184,7 @@ static void add_locked(int rec, uint64_t bytes)
         raise(SIGSTOP);
     }
     shm->procs[my_slot].used[rec] += bytes;
+    __atomic_add_fetch(&my_generation, 1, __ATOMIC_RELEASE);
 }
 
 int vgpu_charge(int rec, uint64_t bytes)
@@ -226,6 +229,7 @@ void vgpu_uncharge(int rec, uint64_t bytes)
     uint64_t take = bytes < *mine ? bytes : *mine; /* never below what this process holds */
     *mine -= take;
     *total -= take < *total ? take : *total;
+    __atomic_add_fetch(&my_generation, 1, __ATOMIC_RELEASE);
     unlock();
 }
 
@@ -242,6 +246,36 @@ int vgpu_usage_of(int rec, struct vgpu_usage *out)
 }
 
 struct vgpu_device *vgpu_device_at(int rec) { return &shm->devices[rec]; }
+
+uint64_t vgpu_ledger_generation(void) { return __atomic_load_n(&my_generation, __ATOMIC_ACQUIRE); }
+
+uint64_t vgpu_my_used(int rec)
+{
+    if (my_slot < 0 || slot_released || rec < 0 || rec >= VGPU_MAX_DEVICES)
+        return 0;
+    return __atomic_load_n(&shm->procs[my_slot].used[rec], __ATOMIC_RELAXED);
+}
+
+void vgpu_ledger_set_host_pid(int32_t host_pid)
+{
+    if ((my_slot >= 0 || vgpu_claim_slot() == 0) && !slot_released)
+        __atomic_store_n(&shm->procs[my_slot].host_pid, host_pid, __ATOMIC_RELAXED);
+}
+
+int vgpu_ledger_processes(int32_t *pids, int32_t *host_pids, int max)
+{
+    int n = 0;
+    vgpu_reap(0);
+    for (int i = 0; i < VGPU_MAX_PROCS && n < max; i++) {
+        int32_t pid = __atomic_load_n(&shm->procs[i].pid, __ATOMIC_ACQUIRE);
+        int32_t host = __atomic_load_n(&shm->procs[i].host_pid, __ATOMIC_RELAXED);
+        if (pid && host) {
+            pids[n] = pid;
+            host_pids[n++] = host;
+        }
+    }
+    return n;
+}
 
 struct vgpu_compute_figures *vgpu_my_figures(void)
 {

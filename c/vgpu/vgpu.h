@@ -159,8 +159,33 @@ CUresult vgpu_accounting_ready(void);
 /* A real function for a re-entrant call (from inside the shim or the driver it calls). */
 void *vgpu_passthrough(enum vgpu_sym s);
 
+/* Bytes this process holds on a record (its slot), and its host PID for the container's
+ * NVML view (footprint.c finds it). */
+uint64_t vgpu_my_used(int rec);
+/* Changes with every charge or uncharge of this process: a figure read between two equal
+ * values saw no allocation or free of this process in between. */
+uint64_t vgpu_ledger_generation(void);
+void vgpu_ledger_set_host_pid(int32_t host_pid);
+/* The container's live processes: up to `max` (container pid, host pid) pairs. */
+int vgpu_ledger_processes(int32_t *pids, int32_t *host_pids, int max);
+
+/* ---- the driver's own figure for this process (footprint.c) ---- */
+/* Around a context's creation on record `rec`: the first one tells this process's host PID. */
+/* `counted`: what was charged for the new context before the driver was asked. */
+void vgpu_footprint_before_context(int rec);
+void vgpu_footprint_after_context(int rec, uint64_t counted);
+/* Before charging `bytes`: re-reads the driver's figure when stale or near the limit. */
+void vgpu_footprint_check(int rec, uint64_t bytes);
+/* Re-reads it now (before a refusal, at graph launch). */
+void vgpu_footprint_refresh(int rec);
+uint64_t vgpu_footprint_of(int rec);
+unsigned int vgpu_host_pid(void);
+
 /* ---- pools (cu_pool.c) ---- */
-/* Re-reads every pool's reservation this process knows and adjusts the accounting. */
+/* Re-reads every pool's reservation this process knows and adjusts the accounting; nothing
+ * while a stream capture is in progress (pool attribute reads are unsafe then). */
 void vgpu_pools_reconcile(void);
+/* After a graph launch: counts the device's graph memory pool (graph memory nodes). */
+void vgpu_graph_memory_settle(CUstream stream);
 
 #endif /* HAMI_VGPU_H */

@@ -88,7 +88,8 @@ struct vgpu_proc {
     uint64_t start_time;             /* field 22 of /proc/<pid>/stat: guards against pid reuse */
     uint64_t used[VGPU_MAX_DEVICES]; /* bytes held on each device record */
     struct vgpu_compute_figures compute;
-    uint8_t reserved[48];
+    uint8_t reserved[44];
+    int32_t host_pid; /* the PID the driver (NVML) names this process by; 0: not known */
 };
 
 /* One GPU the container uses. An empty uuid marks a free record. 512 bytes. */
@@ -101,7 +102,8 @@ struct vgpu_device {
     uint64_t refusals;        /* allocations refused at the limit */
     uint32_t sm_limit;        /* CUDA_DEVICE_SM_LIMIT percent; 0: none */
     uint32_t flags;           /* reserved, 0 */
-    uint8_t reserved[160];
+    uint8_t reserved[152];
+    uint64_t ctx_estimate;    /* what the driver charged the container's last new context */
     struct vgpu_compute compute; /* the compute limiter's budget for this GPU */
 };
 

@@ -28,7 +28,8 @@ class VgpuProc(ctypes.Structure):
     """One process of the container (pid 0: free slot)."""
     _fields_ = [("pid", ctypes.c_int32), ("priority", ctypes.c_int32),
                 ("start_time", ctypes.c_uint64), ("used", ctypes.c_uint64 * MAX_DEVICES),
-                ("compute", VgpuComputeFigures), ("reserved", ctypes.c_uint8 * 48)]
+                ("compute", VgpuComputeFigures), ("reserved", ctypes.c_uint8 * 44),
+                ("host_pid", ctypes.c_int32)]
 
 
 class VgpuDevice(ctypes.Structure):
@@ -37,7 +38,8 @@ class VgpuDevice(ctypes.Structure):
                 ("limit_bytes", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
                 ("peak_bytes", ctypes.c_uint64), ("refusals", ctypes.c_uint64),
                 ("sm_limit", ctypes.c_uint32), ("flags", ctypes.c_uint32),
-                ("reserved", ctypes.c_uint8 * 160), ("compute", VgpuCompute)]
+                ("reserved", ctypes.c_uint8 * 152), ("ctx_estimate", ctypes.c_uint64),
+                ("compute", VgpuCompute)]
 
 
 class VgpuHeader(ctypes.Structure):

@@ -11,7 +11,7 @@ Clauses, separated by `;`:
 |---|---|
 | `succeeds` | the pod was bound and every container exited 0 |
 | `pending` | the pod was never bound, and kube-scheduler said why (FailedScheduling) |
-| `oom-at-limit` | a container got CUDA_ERROR_OUT_OF_MEMORY with what it held within one allocation chunk below its `nvidia.com/gpumem` limit, and saw that limit as the device's size |
+| `oom-at-limit` | a container got CUDA_ERROR_OUT_OF_MEMORY with what it used by the driver's count (allocations, context, modules) within one allocation chunk below its `nvidia.com/gpumem` limit, and saw that limit as the device's size |
 | `share-near-limit[=P]` | every container's achieved share of its GPU's time is within P points (default 5) of its `nvidia.com/gpucores` |
 | `same-gpu-as=POD` | the pod's GPUs are the GPUs of pod POD |
 | `gpu-type=TEXT` | every GPU of the pod is of a type containing TEXT (case-insensitive), and the container saw such a device |
@@ -176,11 +176,13 @@ def _oom(pod: PodOutcome) -> Check:
         if r.get("error") != "CUDA_ERROR_OUT_OF_MEMORY" or not c.memory_limit:
             continue
         limit_mib = c.memory_limit // MIB
-        below = limit_mib - r.get("held_mib", -1)
+        # the limit holds by the driver's count: allocations plus the context and modules
+        below = limit_mib - r.get("used_mib", -1)
         ok = 0 <= below < r.get("chunk_mib", 0) and r.get("total_mib") == limit_mib
         return Check("oom-at-limit", ok, f"{r.get('error')} after {r.get('held_mib')} MiB "
-                     f"(limit {limit_mib} MiB, chunks of {r.get('chunk_mib')} MiB, device "
-                     f"size seen {r.get('total_mib')} MiB)")
+                     f"allocated, {r.get('used_mib')} MiB in use with the context (limit "
+                     f"{limit_mib} MiB, chunks of {r.get('chunk_mib')} MiB, device size seen "
+                     f"{r.get('total_mib')} MiB)")
     seen = [c.result.get("error") or c.result.get("failed") for c in pod.containers]
     return Check("oom-at-limit", False, f"no container hit CUDA_ERROR_OUT_OF_MEMORY under a "
                  f"memory limit (saw {seen})")

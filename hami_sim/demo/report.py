@@ -115,7 +115,7 @@ def outcome_cell(pod: PodOutcome) -> str:
     for c in pod.containers:
         r = c.result
         if r.get("error"):
-            words.append(f"{r['error']} after {r.get('held_mib')} MiB")
+            words.append(f"{r['error']} at {r.get('used_mib')} MiB used")
         elif r.get("mode") == "info":
             words.append(f"saw {r.get('name')}")
         elif r.get("failed"):

@@ -91,12 +91,15 @@ def oom(chunk_mib: int) -> dict:
             held.append(ptr)
         else:
             error = err.name
-    print(f"allocated {len(held)} x {chunk_mib} MiB = {len(held) * chunk_mib} MiB, "
-          f"then the next {chunk_mib} MiB: {error}")
+    free, total = cuda_ok(cu.cuMemGetInfo())
+    used_mib = (total - free) // MIB  # the driver's count: the context and modules too
+    print(f"allocated {len(held)} x {chunk_mib} MiB = {len(held) * chunk_mib} MiB "
+          f"({used_mib} MiB in use with the context), then the next {chunk_mib} MiB: {error}")
     for ptr in held:
         cuda_ok(cu.cuMemFree(ptr))
     cuda_ok(cu.cuCtxDestroy(ctx))
-    return dict(info, held_mib=len(held) * chunk_mib, chunk_mib=chunk_mib, error=error)
+    return dict(info, held_mib=len(held) * chunk_mib, used_mib=used_mib, chunk_mib=chunk_mib,
+                error=error)
 
 
 def compute(seconds: float, kernel_ms: float, in_flight: int, hold_mib: int) -> dict:

@@ -12,7 +12,7 @@ from hami_sim.gpu.env import SimGpuError, lib_dir, sim_env, state_dir_of
 from hami_sim.gpu.state import STATE_FILE, StateError, device_status, read_state
 
 EXPORTED = ("LD_LIBRARY_PATH", "HAMI_SIM_GPUS", "HAMI_SIM_STATE", "HAMI_SIM_UUID_SEED",
-            "HAMI_SIM_CTX_OVERHEAD")
+            "HAMI_SIM_CTX_OVERHEAD", "HAMI_SIM_MODULE_MEM", "HAMI_SIM_PID_OFFSET")
 
 
 def _env_parser(prog: str, description: str) -> argparse.ArgumentParser:

@@ -43,14 +43,15 @@ def _gpus_text(gpus: Union[str, Iterable[str]]) -> str:
 
 def sim_env(gpus: Union[str, Iterable[str], None] = None, state_dir: Union[str, Path, None] = None,
             base: Optional[Mapping[str, str]] = None, uuid_seed: Optional[str] = None,
-            ctx_overhead: Optional[str] = None,
+            ctx_overhead: Optional[str] = None, module_memory: Optional[str] = None,
             visible: Union[str, Iterable[Union[str, int]], None] = None) -> dict:
     """A copy of `base` (default os.environ) that runs a child against the simulated GPUs.
 
     gpus: HAMI_SIM_GPUS text or a list of device specs ("16g/108/NVIDIA A100-SXM4-40GB");
     None keeps what `base` says (or the libraries' default). The simulated library folder
-    goes first on LD_LIBRARY_PATH. Other arguments set HAMI_SIM_STATE, HAMI_SIM_UUID_SEED
-    and HAMI_SIM_CTX_OVERHEAD when given. visible: the devices a container runtime would
+    goes first on LD_LIBRARY_PATH. Other arguments set HAMI_SIM_STATE, HAMI_SIM_UUID_SEED,
+    HAMI_SIM_CTX_OVERHEAD (device memory per context; unset: the model's realistic default)
+    and HAMI_SIM_MODULE_MEM (module memory at a context's first launch) when given. visible: the devices a container runtime would
     expose (indices or UUIDs, as text or a list) -> HAMI_SIM_VISIBLE_DEVICES; both simulated
     libraries then see only those, renumbered from 0.
     """
@@ -66,6 +67,8 @@ def sim_env(gpus: Union[str, Iterable[str], None] = None, state_dir: Union[str, 
         env["HAMI_SIM_UUID_SEED"] = uuid_seed
     if ctx_overhead is not None:
         env["HAMI_SIM_CTX_OVERHEAD"] = ctx_overhead
+    if module_memory is not None:
+        env["HAMI_SIM_MODULE_MEM"] = module_memory
     if visible is not None:
         env["HAMI_SIM_VISIBLE_DEVICES"] = (visible if isinstance(visible, str)
                                            else ",".join(str(v) for v in visible))

@@ -22,7 +22,8 @@ class SimProc(ctypes.Structure):
     """One process using one device (pid 0: free slot)."""
     _fields_ = [("pid", ctypes.c_int32), ("contexts", ctypes.c_uint32),
                 ("start_time", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
-                ("reserved", ctypes.c_uint64 * 5)]
+                ("reserved", ctypes.c_uint64 * 4), ("host_pid", ctypes.c_int32),
+                ("reserved2", ctypes.c_uint32)]
 
 
 class SimBusy(ctypes.Structure):
@@ -137,13 +138,21 @@ def proc_alive(pid: int, start_time: int) -> bool:
     return fields[0] not in ("Z", "X") and int(fields[19]) == start_time
 
 
+PAGE = 2 << 20
+
+
+def reported(used: int) -> int:
+    """A process's use as the driver reports it: in whole 2 MiB pages."""
+    return -(-used // PAGE) * PAGE
+
+
 def device_status(state: SimState, now_ns: Optional[int] = None,
                   alive: Callable[[int, int], bool] = proc_alive) -> List[DeviceStatus]:
     """Per-device memory, processes and utilization over the last second."""
     now = time.monotonic_ns() if now_ns is None else now_ns
     out = []
     for dev in state.devices[:state.header.device_count]:
-        procs = [ProcessUse(p.pid, p.used_bytes,
+        procs = [ProcessUse(p.pid, reported(p.used_bytes),
                             _percent(_busy_ns(dev, now - UTIL_WINDOW_NS, now, p.pid)))
                  for p in dev.procs if p.pid and alive(p.pid, p.start_time)]
         out.append(DeviceStatus(dev.index, dev.name.decode(), dev.uuid.decode(), dev.total_bytes,

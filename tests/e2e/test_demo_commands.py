@@ -2,6 +2,7 @@
 examples, Ctrl-C clean-up) and `hami-sim cluster up` (a pod created through the API server is
 routed through the webhook, scheduled, run; Ctrl-C stops everything)."""
 import json
+import re
 import signal
 import subprocess
 import time
@@ -99,7 +100,9 @@ def test_cluster_up_admits_schedules_and_runs_a_users_pod(command, tmp_path):
     assert pod["spec"]["schedulerName"] == "hami-scheduler"      # mutated by the webhook
     assert pod["spec"]["nodeName"] in ("node-a", "node-b")
     out = Path(workdir) / "containers" / "default_mine_main.out"
-    assert "allocated 8 x 64 MiB = 512 MiB" in out.read_text()
+    # refused at the limit by the driver's count: the T4's context (300 MiB) counts too
+    used = int(re.search(r"\((\d+) MiB in use with the context\)", out.read_text()).group(1))
+    assert 512 - 64 < used <= 512, out.read_text()
     up.proc.send_signal(signal.SIGINT)
     assert up.finish(timeout=30) == 0, up.output
     assert processes_mentioning(workdir) == []

@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / "hami_node/shim/lib/libvgpu.so"
 
-SIM_VARS = ("HAMI_SIM_GPUS", "HAMI_SIM_STATE", "HAMI_SIM_UUID_SEED", "HAMI_SIM_CTX_OVERHEAD")
+SIM_VARS = ("HAMI_SIM_GPUS", "HAMI_SIM_STATE", "HAMI_SIM_UUID_SEED", "HAMI_SIM_CTX_OVERHEAD",
+            "HAMI_SIM_MODULE_MEM", "HAMI_SIM_PID_OFFSET")
 
 PROBE = r'''
 import ctypes, sys

@@ -96,7 +96,10 @@ class Node:
             workdir, name
         self.shim_dir = workdir / "vgpu"
         self.state_dir = workdir / "gpu-state"
-        self.env = sim_env(gpus=GPUS, state_dir=self.state_dir, uuid_seed=name)
+        # Contexts and modules free: this tier checks the node agent's figures exactly; the
+        # driver's realistic context costs are tested in tests/shim and tests/sim.
+        self.env = sim_env(gpus=GPUS, state_dir=self.state_dir, uuid_seed=name,
+                           ctx_overhead="0", module_memory="0")
         install_shim(self.shim_dir)
         self.processes = []
 

@@ -57,7 +57,11 @@ class Shim:
     def __init__(self, tmp_path: Path, gpus: str = GPUS):
         self.tmp = tmp_path
         self.cache = tmp_path / "vgpu.cache"
-        self.env = sim_env(gpus=gpus, state_dir=tmp_path / "sim")
+        # Contexts and modules cost nothing here unless a test sets HAMI_SIM_CTX_OVERHEAD /
+        # HAMI_SIM_MODULE_MEM itself: most tests check the arithmetic of allocations exactly
+        # (test_memory_truth.py runs with realistic context costs).
+        self.env = sim_env(gpus=gpus, state_dir=tmp_path / "sim", ctx_overhead="0",
+                           module_memory="0")
         self.children = []
 
     def hami_run(self, cmd, limit="1g", extra=()):

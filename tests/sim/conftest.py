@@ -50,8 +50,11 @@ PRELUDE = textwrap.dedent('''
 class SimGpu:
     """Runs Python children against one set of simulated GPUs; kills them all at the end."""
 
-    def __init__(self, state_dir, gpus):
-        self.env = sim_env(gpus=gpus, state_dir=state_dir)
+    def __init__(self, state_dir, gpus, realistic=False):
+        # Most tests here check allocation arithmetic exactly: contexts and modules cost
+        # nothing unless a test asks for the realistic defaults.
+        free = {} if realistic else {"ctx_overhead": "0", "module_memory": "0"}
+        self.env = sim_env(gpus=gpus, state_dir=state_dir, **free)
         self.state_dir = state_dir
         self.children = []
 

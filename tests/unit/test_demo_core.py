@@ -48,7 +48,7 @@ def test_bad_expectations_say_what_to_fix(text, says):
 
 def oom_pod(held=1000, total=1024, limit=1024, error="CUDA_ERROR_OUT_OF_MEMORY"):
     c = ContainerOutcome("main", 0, [UUID_A], limit * MIB, held * MIB,
-                         result={"error": error, "held_mib": held, "chunk_mib": 64,
+                         result={"error": error, "used_mib": held, "chunk_mib": 64,
                                  "total_mib": total})
     return PodOutcome("oom", "default", parse("succeeds; oom-at-limit"), phase="Succeeded",
                       node="n1", containers=[c])
@@ -228,7 +228,7 @@ def test_table_and_cells():
     pod.checks = evaluate(pod, {})
     row = pod_row(pod)
     assert row[:4] == ("oom", "n1", "1 Tesla T4 (GPU-aaaaaaaa)", "1024 MiB/1024 MiB")
-    assert row[5] == "Succeeded, CUDA_ERROR_OUT_OF_MEMORY after 1024 MiB" and row[6] == "ok"
+    assert row[5] == "Succeeded, CUDA_ERROR_OUT_OF_MEMORY at 1024 MiB used" and row[6] == "ok"
     pending = PodOutcome("big", "default", parse("pending"), scheduler_message="0/2 ...")
     assert outcome_cell(pending) == "Pending: 0/2 ..."
     assert short_type("NVIDIA A100-SXM4-40GB") == "A100-SXM4-40GB"

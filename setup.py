@@ -46,8 +46,9 @@ setup(
     extras_require={
         "test": ["pytest>=8,<10", "pytest-timeout>=2.2,<3", "hypothesis>=6.100,<7",
                  "grpcio-tools>=1.60,<2",
-                 # nvml.h for the header conformance test (tests/sim/test_headers.py)
-                 "nvidia-nvml-dev>=12.4,<14"],
+                 # nvml.h, cuda.h and cudaTypedefs.h for the header conformance tests
+                 # (tests/sim/test_headers.py): the real headers, no CUDA toolkit needed
+                 "nvidia-nvml-dev>=12.4,<14", "nvidia-cuda-runtime>=13.0,<14"],
         "bench": ["matplotlib>=3.8,<4"],
     },
     entry_points={

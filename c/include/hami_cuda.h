@@ -138,6 +138,7 @@ typedef struct HAMI_T(CUmemAccessDesc_st) {
     CUmemAccess_flags flags;
 } HAMI_T(CUmemAccessDesc);
 
+/* gpuDirectRDMACapable came with CUDA 13 (it was the first reserved byte before). */
 typedef struct HAMI_T(CUmemPoolProps_st) {
     CUmemAllocationType allocType;
     CUmemAllocationHandleType handleTypes;
@@ -145,7 +146,8 @@ typedef struct HAMI_T(CUmemPoolProps_st) {
     void *win32SecurityAttributes;
     size_t maxSize;
     unsigned short usage;
-    unsigned char reserved[54];
+    unsigned char gpuDirectRDMACapable;
+    unsigned char reserved[53];
 } HAMI_T(CUmemPoolProps);
 
 typedef struct HAMI_T(CUexecAffinityParam_st) {

@@ -4,7 +4,6 @@ MiB of its GPU, never lets racing pods of a namespace past the quota, frees quot
 finish, and writes the use into the quota's status, its metrics and the node's summary
 annotation; Kubernetes' own requests.nvidia.com/* quota (the double's admission) applies too."""
 import re
-import shutil
 import subprocess
 import threading
 import urllib.request
@@ -128,13 +127,14 @@ def test_kubernetes_and_hami_quotas_both_apply_and_count_differently(core_v1, te
     assert used() == {MEM: 6000, req_mem: 6000, "requests.nvidia.com/gpu": 3}
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
-def test_kubectl_describe_shows_namespace_use_and_node_allocation(core_v1, apiserver, team):
+def test_kubectl_describe_shows_namespace_use_and_node_allocation(core_v1, apiserver, team,
+                                                                  kubectl_binary):
     _quota(core_v1, team, {MEM: "20000"})
     node = schedule(core_v1, team, _pod(core_v1, team, "p", gpu=2, gpumem=3000, gpucores=10))[0]
 
     def kubectl(*args):
-        done = subprocess.run(["kubectl", "--kubeconfig", str(apiserver.kubeconfig), *args],
+        done = subprocess.run([kubectl_binary, "--kubeconfig", str(apiserver.kubeconfig),
+                               *args],
                               capture_output=True, text=True, timeout=30)
         assert done.returncode == 0, done.stderr
         return done.stdout

@@ -17,11 +17,8 @@ import time
 
 import pytest
 
-pytest.importorskip("hami_sim.realcluster",
-                    reason="the real Kubernetes tier (branch k8s) is not merged into this tree")
-
-from hami_common import constants as C  # noqa: E402
-from hami_common.quantity import parse_quantity  # noqa: E402
+from hami_common import constants as C
+from hami_common.quantity import parse_quantity
 
 pytestmark = pytest.mark.timeout(900)
 IMAGE = "ghcr.io/hami-py/hami-py:0.1.0"

@@ -196,6 +196,7 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
             ctx_stack[w++] = ctx_stack[r];
     ctx_depth = w;
     ctx->magic = MAGIC_DEAD;
+    sim_tl_forget(NULL, ctx); /* its streams' lanes are freed once they drain */
     detach(ctx->dev);
     return CUDA_SUCCESS;
 }

@@ -38,7 +38,7 @@ static int make_dirs(const char *path)
     return (mkdir(buf, 0700) < 0 && errno != EEXIST) ? -1 : 0;
 }
 
-static void state_dir(char *out, size_t len)
+void sim_state_dir(char *out, size_t len)
 {
     const char *dir = getenv("HAMI_SIM_STATE");
     if (dir && dir[0]) {
@@ -188,7 +188,7 @@ static void open_once_fn(void)
         }
     }
     char dir[PATH_MAX], config[SIM_CONFIG_LEN];
-    state_dir(dir, sizeof dir);
+    sim_state_dir(dir, sizeof dir);
     /* Longer texts are cut: two configurations differing only past 1 KiB share a file. */
     if (snprintf(config, sizeof config, "gpus=%s;seed=%s", gpus, seed ? seed : "") >=
         (int)sizeof config)

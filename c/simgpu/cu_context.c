@@ -75,8 +75,8 @@ SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&primary_lock);
     struct CUctx_st *c = &primaries[dev];
-    if (c->magic != MAGIC_CTX)
-        init_ctx(c, dev, 0, 1);
+    if (c->magic != MAGIC_CTX) /* keeps flags set by cuDevicePrimaryCtxSetFlags before */
+        init_ctx(c, dev, c->flags, 1);
     if (c->refcount == 0)
         rc = attach(dev);
     if (rc == CUDA_SUCCESS) {

@@ -1,34 +1,48 @@
 /* What a launch costs in device time, per signature: the kernel (function, grid, block) or
- * graph exec, on one device record. The cost of a launch is only known after it ran, so each
- * launch is charged its signature's estimate, and sampled launches are timed (measure.c).
+ * graph exec, on one device record. A launch is charged its signature's estimate before it
+ * runs; what it really cost is learnt from measurements (measure.c) and settled as a debt
+ * (limiter.c), so the estimate only has to be good on average, never right.
  *
- * The estimate is the SMALLEST of the signature's last COST_SAMPLES measured durations.
- * Timing events around a kernel can only measure too much, never too little: under contention
- * the pair may include time another container's work held the device (or, on a time-sliced
- * GPU, its time slices). The smallest recent sample is the one least disturbed; a kernel that
- * really became longer is followed after COST_SAMPLES samples.
+ * Two kinds of signature:
+ *   steady    its samples agree (within STEADY_RATIO): the estimate is the smallest of its
+ *             last COST_SAMPLES samples (timing events can only measure too much: another
+ *             context's time slice inside the pair), and it is sampled now and then;
+ *   variable  its samples disagree (a persistent kernel, a communication kernel whose time
+ *             follows the message size, one kernel function used for work of any size): the
+ *             estimate is their running mean and every launch is measured.
  *
- * The table is per process, fixed size, lock-free to read: an entry's key is written once,
- * with release order, after its estimate was set to "unknown"; estimates are single words.
- * Updates (rare: one per finished measurement) take a process-local mutex.
+ * The table is per process, fixed size and EVICTS: a new signature takes a free slot near its
+ * hash or the least recently used one there, so programs with ever new shapes (tens of
+ * thousands of distinct grids) keep their hot signatures and pay nothing for the rest but
+ * an estimate from the last measurement. Lock-free to read (an entry's fields are single
+ * words; a torn estimate is a wrong price that the debt corrects); updates take a mutex.
  */
 #include <pthread.h>
 
 #include "limiter.h"
 
 #define COST_SLOTS 4096 /* power of two */
-#define COST_PROBES 32
-#define COST_SAMPLES 8
+#define COST_PROBES 8
+#define STEADY_RATIO 1.25 /* largest / smallest recent sample of a steady signature */
+#define STEADY_EVERY 32   /* a steady signature is measured once in this many launches */
+#define CALM_SAMPLES 256  /* a variable signature becomes steady after this many agreeing */
+#define MEAN_WEIGHT 16
 
 struct vgpu_cost {
-    uint64_t key; /* 0: free */
-    int64_t estimate; /* ns; -1 until measured */
+    uint64_t key;          /* 0: free */
+    int64_t estimate;      /* ns; -1 until measured */
     int64_t samples[COST_SAMPLES];
     uint32_t count;
+    int variable;
+    uint32_t calm;         /* agreeing samples in a row since it last disagreed */
+    int64_t mean;          /* running mean of the samples (1/MEAN_WEIGHT per sample) */
+    uint32_t since_sample; /* launches since the last measured one */
+    uint64_t used;         /* clock_tick of the last lookup */
 };
 
 static struct vgpu_cost table[COST_SLOTS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t clock_tick; /* increases with every lookup: recency for eviction */
 
 /* A fork() child has only the forking thread: the lock another thread held is free there. */
 static void reset_lock(void) { pthread_mutex_init(&table_lock, NULL); }
@@ -55,26 +69,59 @@ uint64_t vgpu_cost_key(const struct vgpu_launch *launch, int rec)
     return h ? h : 1;
 }
 
+static void claim(struct vgpu_cost *e, uint64_t key, uint64_t now)
+{
+    __atomic_store_n(&e->key, 0, __ATOMIC_RELEASE);
+    e->estimate = -1;
+    e->count = 0;
+    e->variable = 0;
+    e->calm = 0;
+    e->mean = 0;
+    e->since_sample = 0;
+    e->used = now;
+    __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+}
+
 struct vgpu_cost *vgpu_cost_of(uint64_t key)
 {
+    uint64_t now = __atomic_add_fetch(&clock_tick, 1, __ATOMIC_RELAXED);
     for (uint64_t i = 0; i < COST_PROBES; i++) {
         struct vgpu_cost *e = &table[(key + i) & (COST_SLOTS - 1)];
-        uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
-        if (k == 0) {
-            pthread_mutex_lock(&table_lock); /* two threads must not add one key twice */
-            k = e->key;
-            if (k == 0) {
-                e->estimate = -1;
-                e->count = 0;
-                __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
-                k = key;
-            }
-            pthread_mutex_unlock(&table_lock);
-        }
-        if (k == key)
+        if (__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == key) {
+            __atomic_store_n(&e->used, now, __ATOMIC_RELAXED);
             return e;
+        }
     }
-    return NULL; /* full around here: such launches are always measured and corrected */
+    /* New, or evicted a while ago: a free slot near its hash, else the least recently used
+     * one there. A measurement in flight for an evicted signature lands on the new one: one
+     * sample of another kernel, which the debt settles like any wrong estimate. */
+    pthread_mutex_lock(&table_lock);
+    struct vgpu_cost *victim = NULL;
+    for (uint64_t i = 0; i < COST_PROBES; i++) {
+        struct vgpu_cost *e = &table[(key + i) & (COST_SLOTS - 1)];
+        if (e->key == key) { /* another thread added it meanwhile */
+            victim = e;
+            break;
+        }
+        if (!victim || (victim->key && (!e->key || e->used < victim->used)))
+            victim = e;
+    }
+    if (victim->key != key)
+        claim(victim, key, now);
+    pthread_mutex_unlock(&table_lock);
+    return victim;
+}
+
+int vgpu_cost_due(struct vgpu_cost *c)
+{
+    uint32_t n = __atomic_add_fetch(&c->since_sample, 1, __ATOMIC_RELAXED);
+    return vgpu_cost_estimate(c) < 0 || vgpu_cost_variable(c) || n >= STEADY_EVERY;
+}
+
+uint32_t vgpu_cost_take_weight(struct vgpu_cost *c)
+{
+    uint32_t n = __atomic_exchange_n(&c->since_sample, 0, __ATOMIC_RELAXED);
+    return n ? n : 1;
 }
 
 int64_t vgpu_cost_estimate(const struct vgpu_cost *c)
@@ -82,14 +129,30 @@ int64_t vgpu_cost_estimate(const struct vgpu_cost *c)
     return __atomic_load_n(&c->estimate, __ATOMIC_RELAXED);
 }
 
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
+int vgpu_cost_variable(const struct vgpu_cost *c)
+{
+    return __atomic_load_n(&c->variable, __ATOMIC_RELAXED);
+}
+
+int64_t vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
 {
     pthread_mutex_lock(&table_lock);
+    int64_t previous = c->count ? c->samples[(c->count - 1) % COST_SAMPLES] : ns;
     c->samples[c->count++ % COST_SAMPLES] = ns < 0 ? 0 : ns;
     uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
-    int64_t least = c->samples[0];
-    for (uint32_t i = 1; i < n; i++)
+    int64_t least = c->samples[0], most = c->samples[0];
+    for (uint32_t i = 0; i < n; i++) {
         least = c->samples[i] < least ? c->samples[i] : least;
-    __atomic_store_n(&c->estimate, least, __ATOMIC_RELAXED);
+        most = c->samples[i] > most ? c->samples[i] : most;
+    }
+    c->mean = c->count == 1 ? ns : c->mean + (ns - c->mean) / MEAN_WEIGHT;
+    /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
+     * pattern like 19 short launches and one long one must not look steady in between. */
+    if (n >= 2 && (double)most > STEADY_RATIO * (double)least + 20000.0)
+        c->calm = 0, c->variable = 1;
+    else if (c->variable && ++c->calm >= CALM_SAMPLES)
+        c->variable = 0;
+    __atomic_store_n(&c->estimate, c->variable ? c->mean : least, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&table_lock);
+    return previous;
 }

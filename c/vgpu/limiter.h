@@ -90,30 +90,32 @@ void vgpu_bucket_charge(struct vgpu_compute *c, int64_t device_ns, uint32_t pct,
                         int launches);
 
 /* ---- costs.c: estimates per signature ---- */
+#define COST_SAMPLES 8
 /* The signature of a launch on a device record. */
 uint64_t vgpu_cost_key(const struct vgpu_launch *launch, int rec);
-/* The entry of a signature (added when new); NULL when the table is full. */
+/* The entry of a signature (added when new, evicting the least recently used nearby). */
 struct vgpu_cost *vgpu_cost_of(uint64_t key);
 /* The estimate in ns, or -1 while the signature was never measured. */
 int64_t vgpu_cost_estimate(const struct vgpu_cost *c);
-/* Adds a measured duration; the estimate becomes the smallest of the recent ones. */
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
+/* Whether the signature's samples disagree (then every launch is measured). */
+int vgpu_cost_variable(const struct vgpu_cost *c);
+/* Counts a launch; whether it should be measured (unknown, variable, or its turn). */
+int vgpu_cost_due(struct vgpu_cost *c);
+/* The launches a measurement starting now stands for (since the last one), and resets it. */
+uint32_t vgpu_cost_take_weight(struct vgpu_cost *c);
+/* Adds a measured duration; returns the signature's previous sample (this one if none). */
+int64_t vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
 
 /* ---- measure.c: timing events, per thread ---- */
-/* Called for each finished measurement: what was charged and what the events measured. */
+/* Called for each finished measurement: what was charged, how many launches of the signature
+ * it stands for (itself and those not measured since the previous one), what it measured. */
 typedef void (*vgpu_measured_fn)(struct vgpu_cost *cost, int rec, int64_t charged_ns,
-                                 int unknown, int64_t measured_ns);
-/* Reads back finished measurements of this thread without waiting (at most a few). */
-void vgpu_measure_drain(vgpu_measured_fn done);
-/* Waits for this thread's measurement of `cost` if one is in flight (then drains); 1 if it
- * waited. Used so that a never-measured kernel is not launched many times unpriced. */
-int vgpu_measure_settle(const struct vgpu_cost *cost, vgpu_measured_fn done);
-/* Whether this thread should sample a launch whose cost is known (time-based). */
-int vgpu_measure_due(int64_t now);
+                                 uint32_t weight, int64_t measured_ns);
+/* Reads back finished measurements of this thread without waiting. */
+void vgpu_measure_drain(vgpu_measured_fn done, int64_t now);
 /* Records the start event on the launch's stream; NULL when no measurement can start. */
 struct vgpu_sample *vgpu_measure_begin(const struct vgpu_launch *launch, struct vgpu_cost *cost,
-                                       int rec, int64_t charged_ns, int unknown,
-                                       vgpu_measured_fn done);
+                                       int rec, int64_t charged_ns);
 /* Records the end event after a successful launch, or abandons the measurement. */
 void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, int launched);
 

@@ -14,7 +14,8 @@ from typing import Any, Callable, List, Mapping, Optional
 from hami_sim.gpu.env import SimGpuError, lib_dir
 from hami_sim.gpu.timeline import BusyRecorder
 
-MODES = ("batch", "long", "sync", "graph", "routes", "threads")
+MODES = ("batch", "long", "sync", "graph", "routes", "threads", "mixed", "grow", "persistent",
+         "shapes", "tiny")
 
 
 def worker_path() -> Path:

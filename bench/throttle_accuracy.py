@@ -10,8 +10,11 @@ Workloads (c/loadgen/throttle_worker modes):
             processes in one container, each at 10, 25, 50 and 75 %;
   issue 18  one signature whose cost varies 50x, a cost growing over the run, persistent
             kernels (grid = SM count, 2-20 ms loops), 16,384 distinct shapes, 20 us kernel +
-            sync loops: alone at 30 % (tiny at 50 %), then each contending with a saturating
-            container limited to 60 % on the same GPU;
+            sync loops: alone at 30 % (the sync loop at 10 %: on this simulator a process
+            polling for 20 us kernels keeps the device ~16 % busy at most), then each contending
+            with a saturating container limited to 60 % on the same GPU (where the sync loop
+            waits for the neighbour's 2 ms slice before each kernel: its row is shown, but
+            its demand is below its limit and it does not count in max_abs_error_pp);
   splits    10/90 and 30/30/40 on one GPU each, and each of those limits alone.
 
 With --before REF the same rounds also run under the shim built from git REF's sources (e.g.
@@ -51,7 +54,7 @@ NEW = [("one signature, costs 100 us / 5 ms", "mixed", 30),
        ("cost growing 100 us + 0.4 ms/s", "grow", 30),
        ("persistent kernels, 2-20 ms", "persistent", 30),
        ("16,384 distinct shapes, 50 us", "shapes", 30),
-       ("20 us kernel + sync loop", "tiny", 50)]
+       ("20 us kernel + sync loop", "tiny", 10)]
 
 
 def rounds() -> List[List[Spec]]:
@@ -78,6 +81,8 @@ class Container(Tenant):
     def __init__(self, base: dict, tmp: Path, spec: Spec, key: str, lib: Path, seconds: float):
         name, mode, limit, procs, device = spec
         self.limit, self.key = limit, key
+        # Demand below the limit (see the module's docstring): shown, not counted.
+        self.counted = not (mode == "tiny" and "contending" in name)
         self.cache = tmp / f"{key}.cache"
         env = shim_env(ShimSettings(sm_limit=limit, cache_path=str(self.cache)), base, lib=lib)
         super().__init__(name, device, [Worker(mode, seconds, env, device=device)
@@ -107,11 +112,14 @@ def measure(containers: List[Container], state_dir: Path, settle: float, window:
         c.cpu = (ca - cb) / window / len(c.pids)
 
 
-def run_all(lib: Path, tag: str, tmp: Path, settle: float, window: float) -> List[Container]:
-    """Every round under one build of the shim."""
+def run_all(lib: Path, tag: str, tmp: Path, settle: float, window: float,
+            only: Optional[str]) -> List[Container]:
+    """Every round (or those in `only`) under one build of the shim."""
     seconds = settle + window + 2
     rows = []
     for i, specs in enumerate(rounds()):
+        if only and str(i) not in only.split(","):
+            continue
         base = sim_env(gpus=["40g/108"] * GPUS, state_dir=tmp / f"sim-{tag}-{i}")
         group = [Container(base, tmp, s, f"{tag}-{i}-{k}", lib, seconds)
                  for k, s in enumerate(specs)]
@@ -155,14 +163,16 @@ def main() -> int:
     p.add_argument("--before", metavar="REF", help="also run the shim built from git REF")
     p.add_argument("--settle", type=float, default=1.0, help="seconds before the window")
     p.add_argument("--window", type=float, default=3.0, help="seconds measured")
+    p.add_argument("--rounds", help="only these rounds, e.g. 5,6 (0-based; for quick looks)")
     args = p.parse_args()
     if not args.sim:
         p.error("only --sim exists: on a real GPU run tests/gpu/test_compute_*.py")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         old_lib = build_before(args.before, tmp) if args.before else None
-        old = run_all(old_lib, "old", tmp, args.settle, args.window) if old_lib else None
-        new = run_all(lib_path(), "new", tmp, args.settle, args.window)
+        old = run_all(old_lib, "old", tmp, args.settle, args.window, args.rounds) \
+            if old_lib else None
+        new = run_all(lib_path(), "new", tmp, args.settle, args.window, args.rounds)
         cost_old = launch_cost(tmp, old_lib) if old_lib else None
         cost_new = launch_cost(tmp, lib_path())
     report(new, old, cost_new, cost_old, args.before)
@@ -193,10 +203,13 @@ def report(new: List[Container], old: Optional[List[Container]], cost_new: List[
           f"{'100 ms bins':>13} {'wake/s':>7} {'CPU %':>6}")
     for k, c in enumerate(new):
         was = f"{100 * old[k].share:.2f}%" if old else "-"
-        print(f"{c.name:<44} {c.limit:>4}% {was:>13} {100 * c.share:>7.2f}% "
+        mark = " " if c.counted else "*"
+        print(f"{c.name:<43}{mark} {c.limit:>4}% {was:>13} {100 * c.share:>7.2f}% "
               f"{100 * c.share - c.limit:>+6.2f}  {100 * min(c.bins):>5.1f}.."
               f"{100 * max(c.bins):<5.1f}  {c.wakeups:>7.1f} {100 * c.cpu:>6.2f}")
     for label, prefix in (("10/90 work ratio", "10/90"), ("30/30/40 work ratio", "30/30/40")):
+        if not split(new, prefix):
+            continue
         print(f"{label}: after {ratio_line('', new, prefix)}; before {ratio_line('', old, prefix)}")
     cost = f"{cost_old[2]:.0f} ns before, " if cost_old else ""
     print(f"launch under budget (50% limit): {cost_new[0]:.0f} ns straight to the driver, "
@@ -208,9 +221,15 @@ def report(new: List[Container], old: Optional[List[Container]], cost_new: List[
     print("CPU of throttled processes while waiting (10 % limit): " +
           ", ".join(f"{c.name.strip()} {100 * c.cpu:.2f}%" for c in waiting) +
           " of a core (target < 5 %)")
+    print("* demand below the limit: not counted in max_abs_error_pp")
     if old:
-        print(f"max_abs_error_pp before: {max(abs(100 * c.share - c.limit) for c in old):.2f}")
-    print(f"max_abs_error_pp={max(abs(100 * c.share - c.limit) for c in new):.2f}")
+        print(f"max_abs_error_pp before: {worst_error(old):.2f}")
+    print(f"max_abs_error_pp={worst_error(new):.2f}")
+
+
+def worst_error(rows: List[Container]) -> float:
+    """The largest distance in points between a counted row's share and its limit."""
+    return max(abs(100 * c.share - c.limit) for c in rows if c.counted)
 
 
 if __name__ == "__main__":

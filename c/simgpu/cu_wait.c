@@ -166,7 +166,9 @@ static CUresult push(struct CUstream_st *s, struct sim_tl_op op, uint64_t *seq)
             return CUDA_ERROR_OUT_OF_MEMORY; /* more streams with work than lanes */
         }
         struct sim_tl_lane *l = &t->lanes[s->lane];
-        if (l->tail - l->head + SIM_TL_LANES + 1 < SIM_TL_OPS) {
+        /* Room for the operation and the legacy stream's waits (one per lane at most). */
+        uint64_t room = s == &s->ctx->null_stream ? t->lanes_used + 1 : 2;
+        if (l->tail - l->head + room < SIM_TL_OPS) {
             legacy_waits(t, s, l);
             append(l, op);
             *seq = l->tail;

@@ -22,8 +22,8 @@
 
 #define SIM_TL_FILE "timeline.state"
 #define SIM_TL_LANES 128   /* streams per device with work queued, all processes together */
-#define SIM_TL_OPS 256     /* operations queued per lane; a launch past this waits, as on a GPU */
-#define SIM_TL_DONE 1024   /* completion times kept per lane, for events read late */
+#define SIM_TL_OPS 512     /* operations queued per lane; a launch past this waits, as on a GPU */
+#define SIM_TL_DONE 512    /* completion times kept per lane, for events read late */
 #define SIM_TL_SLICE_NS 2000000LL
 
 enum sim_tl_kind { SIM_TL_KERNEL = 1, SIM_TL_EVENT = 2, SIM_TL_WAIT = 3 };

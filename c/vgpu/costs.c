@@ -6,7 +6,8 @@
  * Two kinds of signature:
  *   steady    its samples agree (within STEADY_RATIO): the estimate is the smallest of its
  *             last COST_SAMPLES samples (timing events can only measure too much: another
- *             context's time slice inside the pair), and it is sampled now and then;
+ *             context's time slice inside the pair); its first COST_SAMPLES launches are
+ *             measured, then one in STEADY_EVERY and at least one per STEADY_MAX_GAP_NS;
  *   variable  its samples disagree (a persistent kernel, a communication kernel whose time
  *             follows the message size, one kernel function used for work of any size): the
  *             estimate is their running mean and every launch is measured.
@@ -27,6 +28,7 @@
 #define STEADY_EVERY 32   /* a steady signature is measured once in this many launches */
 #define CALM_SAMPLES 256  /* a variable signature becomes steady after this many agreeing */
 #define MEAN_WEIGHT 16
+#define STEADY_MAX_GAP_NS 20000000LL /* ... and at least this often (a slow launcher's every) */
 
 struct vgpu_cost {
     uint64_t key;          /* 0: free */
@@ -37,6 +39,7 @@ struct vgpu_cost {
     uint32_t calm;         /* agreeing samples in a row since it last disagreed */
     int64_t mean;          /* running mean of the samples (1/MEAN_WEIGHT per sample) */
     uint32_t since_sample; /* launches since the last measured one */
+    int64_t sampled_ns;    /* when the last measured launch started */
     uint64_t used;         /* clock_tick of the last lookup */
 };
 
@@ -78,6 +81,7 @@ static void claim(struct vgpu_cost *e, uint64_t key, uint64_t now)
     e->calm = 0;
     e->mean = 0;
     e->since_sample = 0;
+    e->sampled_ns = 0;
     e->used = now;
     __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
 }
@@ -112,14 +116,17 @@ struct vgpu_cost *vgpu_cost_of(uint64_t key)
     return victim;
 }
 
-int vgpu_cost_due(struct vgpu_cost *c)
+int vgpu_cost_due(struct vgpu_cost *c, int64_t now)
 {
     uint32_t n = __atomic_add_fetch(&c->since_sample, 1, __ATOMIC_RELAXED);
-    return vgpu_cost_estimate(c) < 0 || vgpu_cost_variable(c) || n >= STEADY_EVERY;
+    return vgpu_cost_estimate(c) < 0 || vgpu_cost_variable(c) || n >= STEADY_EVERY ||
+           c->count < COST_SAMPLES ||
+           now - __atomic_load_n(&c->sampled_ns, __ATOMIC_RELAXED) >= STEADY_MAX_GAP_NS;
 }
 
-uint32_t vgpu_cost_take_weight(struct vgpu_cost *c)
+uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now)
 {
+    __atomic_store_n(&c->sampled_ns, now, __ATOMIC_RELAXED);
     uint32_t n = __atomic_exchange_n(&c->since_sample, 0, __ATOMIC_RELAXED);
     return n ? n : 1;
 }

@@ -139,7 +139,9 @@
     X(cuCtxGetCurrent) X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz) X(cuEventCreate)      \
     X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventElapsedTime)                \
     X(cuEventDestroy_v2)
-#define VGPU_NVML_USES(X) X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex)
+#define VGPU_NVML_USES(X) X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex)                       \
+    X(nvmlInit_v2) X(nvmlDeviceGetHandleByUUID) X(nvmlDeviceGetUtilizationRates)               \
+    X(nvmlDeviceGetComputeRunningProcesses_v3)
 
 /* ---- generated declarations ---- */
 

@@ -18,10 +18,10 @@
  * and the difference is settled for them too, so a cost that drifts is followed.
  *
  * Own time and others' time: an event pair includes any time slice the device gave another
- * context while the kernel ran. For a steady signature a single long sample is taken as
- * such (the kernel's own time is then its previous sample); a kernel that really became
- * longer shows it in its next sample too, and is then charged. A variable signature's
- * samples are charged as measured.
+ * context while the kernel ran; contention.c takes out the slices the device's sharing
+ * implies. Besides, for a steady signature a single long sample is taken as contention (its
+ * own time is then its previous sample); a kernel that really became longer shows it in its
+ * next sample too, and is then charged.
  */
 #include "limiter.h"
 
@@ -53,6 +53,8 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32
 {
     int64_t before = cost ? vgpu_cost_estimate(cost) : -1;
     int steady = cost && before >= 0 && !vgpu_cost_variable(cost);
+    vgpu_contention_measured(measured_ns * (int64_t)weight);
+    measured_ns = vgpu_own_time(measured_ns, before);
     int64_t previous = cost ? vgpu_cost_sample(cost, measured_ns) : measured_ns;
     __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);
     int64_t own = steady && previous < measured_ns ? previous : measured_ns;
@@ -74,11 +76,13 @@ CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket
     if (!pct)
         return CUDA_SUCCESS; /* unlimited, or no context: the driver will say so */
     int64_t now = vgpu_now_ns();
-    if (!capturing)
+    if (!capturing) {
+        vgpu_contention_refresh(rec, now);
         vgpu_measure_drain(measured, now);
+    }
     struct vgpu_cost *cost = vgpu_cost_of(vgpu_cost_key(launch, rec));
     int64_t estimate = vgpu_cost_estimate(cost);
-    int due = vgpu_cost_due(cost);
+    int due = vgpu_cost_due(cost, now);
     struct vgpu_compute *budget = &vgpu_device_at(rec)->compute;
     now = vgpu_bucket_wait(budget, now);
     t->rec = rec;

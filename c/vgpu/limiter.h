@@ -12,6 +12,7 @@
  *   costs.c    what a launch costs: per kernel signature (function, grid, block, device) or
  *              per graph exec, the smallest of its last few measured durations (contention
  *              can only make a measurement longer, never shorter).
+ *   contention.c  own time versus the time slices the device gave other contexts.
  *   measure.c  measuring: timing events recorded around sampled launches on the launch's
  *              own stream, read back later without waiting (per thread, no helper thread).
  *   cu_capture.c  stream capture: captured launches do not run, so they are not charged, and
@@ -100,9 +101,9 @@ int64_t vgpu_cost_estimate(const struct vgpu_cost *c);
 /* Whether the signature's samples disagree (then every launch is measured). */
 int vgpu_cost_variable(const struct vgpu_cost *c);
 /* Counts a launch; whether it should be measured (unknown, variable, or its turn). */
-int vgpu_cost_due(struct vgpu_cost *c);
+int vgpu_cost_due(struct vgpu_cost *c, int64_t now);
 /* The launches a measurement starting now stands for (since the last one), and resets it. */
-uint32_t vgpu_cost_take_weight(struct vgpu_cost *c);
+uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now);
 /* Adds a measured duration; returns the signature's previous sample (this one if none). */
 int64_t vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
 
@@ -118,6 +119,15 @@ struct vgpu_sample *vgpu_measure_begin(const struct vgpu_launch *launch, struct 
                                        int rec, int64_t charged_ns);
 /* Records the end event after a successful launch, or abandons the measurement. */
 void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, int launched);
+
+/* ---- contention.c: own time versus others' time slices ---- */
+/* Adds device time measured by event pairs (before taking others' slices out). */
+void vgpu_contention_measured(int64_t measured_ns);
+/* Refreshes (at most every 100 ms) how many other contexts share the device of `rec`. */
+void vgpu_contention_refresh(int rec, int64_t now);
+/* A measured event-pair time without the other contexts' time slices it contains, given
+ * what the launch was expected to cost (-1: unknown). */
+int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns);
 
 /* ---- cu_capture.c: stream capture ---- */
 /* Non-zero while some stream of this process may be capturing. */

@@ -18,7 +18,7 @@
 
 #include "limiter.h"
 
-#define RING 64
+#define RING 256 /* a variable signature is measured at every launch, pipelined or not */
 #define DRAIN_EVERY_NS 200000LL
 
 enum { SAMPLE_FREE, SAMPLE_STARTED, SAMPLE_RECORDED, SAMPLE_CONSUMED };
@@ -150,7 +150,7 @@ struct vgpu_sample *vgpu_measure_begin(const struct vgpu_launch *launch, struct 
         return NULL;
     s->cost = cost;
     s->rec = rec;
-    s->weight = cost ? vgpu_cost_take_weight(cost) : 1;
+    s->weight = cost ? vgpu_cost_take_weight(cost, vgpu_now_ns()) : 1;
     s->charged_ns = charged_ns;
     s->state = SAMPLE_STARTED;
     r->count++;

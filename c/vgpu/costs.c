@@ -7,7 +7,8 @@
  *   steady    its samples agree (within STEADY_RATIO): the estimate is the smallest of its
  *             last COST_SAMPLES samples (timing events can only measure too much: another
  *             context's time slice inside the pair); its first COST_SAMPLES launches are
- *             measured, then one in STEADY_EVERY and at least one per STEADY_MAX_GAP_NS;
+ *             measured, then one in STEADY_EVERY (at most one per STEADY_MIN_GAP_NS) and
+ *             at least one per STEADY_MAX_GAP_NS;
  *   variable  its samples disagree (a persistent kernel, a communication kernel whose time
  *             follows the message size, one kernel function used for work of any size): the
  *             estimate is their running mean and every launch is measured.
@@ -24,10 +25,14 @@
 
 #define COST_SLOTS 4096 /* power of two */
 #define COST_PROBES 8
-#define STEADY_RATIO 1.25 /* largest / smallest recent sample of a steady signature */
+#define STEADY_RATIO 1.25 /* largest / smallest recent sample of a steady signature... */
+#define STEADY_SLACK_NS 100000.0 /* ... plus this: the host's jitter between a kernel and the
+                                   * event before it (a descheduled launcher) is not a cost */
 #define STEADY_EVERY 32   /* a steady signature is measured once in this many launches */
 #define CALM_SAMPLES 256  /* a variable signature becomes steady after this many agreeing */
 #define MEAN_WEIGHT 16
+#define USED_RESOLUTION_NS 1000000LL
+#define STEADY_MIN_GAP_NS 1000000LL  /* a steady signature is measured at most this often... */
 #define STEADY_MAX_GAP_NS 20000000LL /* ... and at least this often (a slow launcher's every) */
 
 struct vgpu_cost {
@@ -40,12 +45,11 @@ struct vgpu_cost {
     int64_t mean;          /* running mean of the samples (1/MEAN_WEIGHT per sample) */
     uint32_t since_sample; /* launches since the last measured one */
     int64_t sampled_ns;    /* when the last measured launch started */
-    uint64_t used;         /* clock_tick of the last lookup */
+    int64_t used;          /* time of a recent lookup (to the millisecond): for eviction */
 };
 
 static struct vgpu_cost table[COST_SLOTS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t clock_tick; /* increases with every lookup: recency for eviction */
 
 /* A fork() child has only the forking thread: the lock another thread held is free there. */
 static void reset_lock(void) { pthread_mutex_init(&table_lock, NULL); }
@@ -72,7 +76,7 @@ uint64_t vgpu_cost_key(const struct vgpu_launch *launch, int rec)
     return h ? h : 1;
 }
 
-static void claim(struct vgpu_cost *e, uint64_t key, uint64_t now)
+static void claim(struct vgpu_cost *e, uint64_t key, int64_t now)
 {
     __atomic_store_n(&e->key, 0, __ATOMIC_RELEASE);
     e->estimate = -1;
@@ -86,13 +90,13 @@ static void claim(struct vgpu_cost *e, uint64_t key, uint64_t now)
     __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
 }
 
-struct vgpu_cost *vgpu_cost_of(uint64_t key)
+struct vgpu_cost *vgpu_cost_of(uint64_t key, int64_t now)
 {
-    uint64_t now = __atomic_add_fetch(&clock_tick, 1, __ATOMIC_RELAXED);
     for (uint64_t i = 0; i < COST_PROBES; i++) {
         struct vgpu_cost *e = &table[(key + i) & (COST_SLOTS - 1)];
         if (__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == key) {
-            __atomic_store_n(&e->used, now, __ATOMIC_RELAXED);
+            if (__atomic_load_n(&e->used, __ATOMIC_RELAXED) < now - USED_RESOLUTION_NS)
+                __atomic_store_n(&e->used, now, __ATOMIC_RELAXED); /* a write per ms, not per launch */
             return e;
         }
     }
@@ -119,9 +123,10 @@ struct vgpu_cost *vgpu_cost_of(uint64_t key)
 int vgpu_cost_due(struct vgpu_cost *c, int64_t now)
 {
     uint32_t n = __atomic_add_fetch(&c->since_sample, 1, __ATOMIC_RELAXED);
-    return vgpu_cost_estimate(c) < 0 || vgpu_cost_variable(c) || n >= STEADY_EVERY ||
-           c->count < COST_SAMPLES ||
-           now - __atomic_load_n(&c->sampled_ns, __ATOMIC_RELAXED) >= STEADY_MAX_GAP_NS;
+    if (vgpu_cost_estimate(c) < 0 || vgpu_cost_variable(c) || c->count < COST_SAMPLES)
+        return 1;
+    int64_t gap = now - __atomic_load_n(&c->sampled_ns, __ATOMIC_RELAXED);
+    return gap >= STEADY_MAX_GAP_NS || (n >= STEADY_EVERY && gap >= STEADY_MIN_GAP_NS);
 }
 
 uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now)
@@ -141,10 +146,9 @@ int vgpu_cost_variable(const struct vgpu_cost *c)
     return __atomic_load_n(&c->variable, __ATOMIC_RELAXED);
 }
 
-int64_t vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
 {
     pthread_mutex_lock(&table_lock);
-    int64_t previous = c->count ? c->samples[(c->count - 1) % COST_SAMPLES] : ns;
     c->samples[c->count++ % COST_SAMPLES] = ns < 0 ? 0 : ns;
     uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
     int64_t least = c->samples[0], most = c->samples[0];
@@ -155,11 +159,10 @@ int64_t vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
     c->mean = c->count == 1 ? ns : c->mean + (ns - c->mean) / MEAN_WEIGHT;
     /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
      * pattern like 19 short launches and one long one must not look steady in between. */
-    if (n >= 2 && (double)most > STEADY_RATIO * (double)least + 20000.0)
+    if (n >= 2 && (double)most > STEADY_RATIO * (double)least + STEADY_SLACK_NS)
         c->calm = 0, c->variable = 1;
     else if (c->variable && ++c->calm >= CALM_SAMPLES)
         c->variable = 0;
     __atomic_store_n(&c->estimate, c->variable ? c->mean : least, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&table_lock);
-    return previous;
 }

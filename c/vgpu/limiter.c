@@ -10,18 +10,19 @@
  *   5. measure the launch when costs.c says so (and its stream is not capturing).
  * done, after it: the end event, or the refund of a launch the driver refused.
  *
- * Settling a measurement: what the launch really cost minus what it was charged is a debt
- * (or a credit) charged to the budget at once, so the next launches repay it: the share
- * holds whatever the relation between a kernel's signature and its cost. A measurement
- * also stands for the launches of its signature that were not measured since the previous
- * one (steady signatures are measured one launch in 32): they were charged the old estimate,
- * and the difference is settled for them too, so a cost that drifts is followed.
+ * Settling a measurement: for a launch whose signature is unknown or variable (costs.c),
+ * what it really cost minus what it was charged is a debt (or a credit) charged to the
+ * budget at once, so the next launches repay it: the share holds whatever the relation
+ * between a kernel's signature and its cost. Such launches are all measured; when the ring
+ * of measurements was full, the next one also stands for those it skipped. A steady
+ * signature's sample only refines its estimate (the smallest recent sample): it agrees with
+ * it by definition, and a disagreeing one makes the signature variable, so its next launches
+ * are settled; charging steady samples' small excess would charge the host's launch latency
+ * that every event pair on an idle stream includes, not device time.
  *
  * Own time and others' time: an event pair includes any time slice the device gave another
  * context while the kernel ran; contention.c takes out the slices the device's sharing
- * implies. Besides, for a steady signature a single long sample is taken as contention (its
- * own time is then its previous sample); a kernel that really became longer shows it in its
- * next sample too, and is then charged.
+ * implies before the sample is used at all.
  */
 #include "limiter.h"
 
@@ -55,10 +56,13 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32
     int steady = cost && before >= 0 && !vgpu_cost_variable(cost);
     vgpu_contention_measured(measured_ns * (int64_t)weight);
     measured_ns = vgpu_own_time(measured_ns, before);
-    int64_t previous = cost ? vgpu_cost_sample(cost, measured_ns) : measured_ns;
+    if (cost)
+        vgpu_cost_sample(cost, measured_ns);
     __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);
-    int64_t own = steady && previous < measured_ns ? previous : measured_ns;
-    int64_t debt = own - charged_ns + (int64_t)(weight - 1) * (own - (before < 0 ? charged_ns : before));
+    if (steady)
+        return; /* its samples agree with its estimate (or this one makes it variable) */
+    int64_t debt = measured_ns - charged_ns +
+                   (int64_t)(weight - 1) * (measured_ns - (before < 0 ? charged_ns : before));
     uint32_t pct = limit_of(rec);
     if (pct && debt)
         vgpu_bucket_charge(&vgpu_device_at(rec)->compute, debt, pct, vgpu_now_ns(), 0);
@@ -80,7 +84,7 @@ CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket
         vgpu_contention_refresh(rec, now);
         vgpu_measure_drain(measured, now);
     }
-    struct vgpu_cost *cost = vgpu_cost_of(vgpu_cost_key(launch, rec));
+    struct vgpu_cost *cost = vgpu_cost_of(vgpu_cost_key(launch, rec), now);
     int64_t estimate = vgpu_cost_estimate(cost);
     int due = vgpu_cost_due(cost, now);
     struct vgpu_compute *budget = &vgpu_device_at(rec)->compute;

@@ -95,7 +95,7 @@ void vgpu_bucket_charge(struct vgpu_compute *c, int64_t device_ns, uint32_t pct,
 /* The signature of a launch on a device record. */
 uint64_t vgpu_cost_key(const struct vgpu_launch *launch, int rec);
 /* The entry of a signature (added when new, evicting the least recently used nearby). */
-struct vgpu_cost *vgpu_cost_of(uint64_t key);
+struct vgpu_cost *vgpu_cost_of(uint64_t key, int64_t now);
 /* The estimate in ns, or -1 while the signature was never measured. */
 int64_t vgpu_cost_estimate(const struct vgpu_cost *c);
 /* Whether the signature's samples disagree (then every launch is measured). */
@@ -104,8 +104,8 @@ int vgpu_cost_variable(const struct vgpu_cost *c);
 int vgpu_cost_due(struct vgpu_cost *c, int64_t now);
 /* The launches a measurement starting now stands for (since the last one), and resets it. */
 uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now);
-/* Adds a measured duration; returns the signature's previous sample (this one if none). */
-int64_t vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
+/* Adds a measured duration (its own time); updates the estimate and the kind. */
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
 
 /* ---- measure.c: timing events, per thread ---- */
 /* Called for each finished measurement: what was charged, how many launches of the signature

@@ -3,8 +3,7 @@
  * A measured launch is bracketed by two events recorded on its stream; the device stamps them
  * when it reaches them, so their difference is the launch's device time (plus any time slice
  * the device gave another context in between, see limiter.c). Results are read back later
- * without ever waiting (cuEventQuery on the oldest measurements, at most every DRAIN_EVERY_NS
- * while the oldest is not done): no launch waits for an earlier launch's measurement. When
+ * without ever waiting (cuEventQuery on the oldest measurements, at most every DRAIN_EVERY_NS): no launch waits for an earlier launch's measurement. When
  * RING measurements are in flight a launch is not measured; its signature's next measurement
  * stands for it (costs.c counts the launches in between).
  *
@@ -106,14 +105,15 @@ void vgpu_measure_drain(vgpu_measured_fn done, int64_t now)
     struct ring *r = mine;
     if (!r || !r->count || now < r->next_drain_ns)
         return;
-    for (int k = 0; r->count && k < 8; k++) {
+    /* Settling can wait a little: at most one look per DRAIN_EVERY_NS keeps the queries off
+     * the path of programs that launch every microsecond. */
+    r->next_drain_ns = now + DRAIN_EVERY_NS;
+    for (int k = 0; r->count && k < 16; k++) {
         struct vgpu_sample *s = &r->s[r->head];
         if (s->state == SAMPLE_RECORDED) {
             CUresult q = CALL_CU(cuEventQuery, s->end);
-            if (q == CUDA_ERROR_NOT_READY) {
-                r->next_drain_ns = now + DRAIN_EVERY_NS;
+            if (q == CUDA_ERROR_NOT_READY)
                 break;
-            }
             if (q == CUDA_SUCCESS)
                 report(s, done);
         }

@@ -1,0 +1,80 @@
+"""The compute limit when a kernel's cost is not what its signature suggests, and under
+contention (issue 18), on the simulated GPU that time-slices between processes (2 ms) and
+stamps events when it reaches them. Shares come from the simulator's timeline, never from the
+limiter's figures; C load (c/loadgen throttle_worker) under the shim, one case per GPU.
+
+The limiter built before issue 18 fails these: the 50x mixed signature ran at ~96 % under a
+30 % limit, contended samples overcharged a 10/90 pair to about 1/90, a second process of
+the same container halved the share. Tolerances allow for a loaded 2-core machine (2.5
+points over a 2 s window; the benchmark shows the figures over 3 s windows).
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+from hami_node.shim import ShimSettings, read_usage, shim_env
+from hami_sim.gpu import sim_env
+from hami_sim.gpu.load import Tenant, Worker, run_round
+
+TOLERANCE = 2.5
+TICKS = os.sysconf("SC_CLK_TCK")
+
+# (name, mode, limit, device): one round, containers sharing a device contend.
+CASES = [
+    ("mixed-50x-30", "mixed", 30, 0),
+    ("growing-30", "grow", 30, 1),
+    ("persistent-30", "persistent", 30, 2),
+    ("many-shapes-30", "shapes", 30, 3),
+    ("sync-loop-20us-10", "tiny", 10, 4),
+    ("long-kernels-10", "long", 10, 5),
+    ("mixed-contending-30", "mixed", 30, 6), ("mixed-neighbour-60", "batch", 60, 6),
+    ("persistent-contending-30", "persistent", 30, 7), ("persistent-neighbour-60", "batch", 60, 7),
+    ("split-10", "batch", 10, 8), ("split-90", "batch", 90, 8),
+    ("trio-30a", "batch", 30, 9), ("trio-30b", "batch", 30, 9), ("trio-40", "batch", 40, 9),
+]
+
+
+class Container(Tenant):
+    def __init__(self, base, tmp: Path, name, mode, limit, device):
+        self.limit = limit
+        self.cache = tmp / f"{name}.cache"
+        env = shim_env(ShimSettings(sm_limit=limit, cache_path=str(self.cache)), base)
+        super().__init__(name, device, [Worker(mode, 30, env, device)])
+
+    def edges(self):
+        """This container's timed sleeps and CPU seconds so far."""
+        (proc,) = read_usage(self.cache).processes or [None]
+        stat = Path(f"/proc/{self.pids[0]}/stat").read_text().rsplit(")", 1)[1].split()
+        return (proc.sm_waits if proc else 0), (int(stat[11]) + int(stat[12])) / TICKS
+
+
+@pytest.fixture(scope="module")
+def truth(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("truth")
+    base = sim_env(gpus=["40g/108"] * 10, state_dir=tmp / "sim")
+    cs = [Container(base, tmp, *case) for case in CASES]
+    before, after = run_round(cs, tmp / "sim", 1.0, 2.0,
+                              at_edges=lambda: [c.edges() for c in cs])
+    for c, (w0, c0), (w1, c1) in zip(cs, before, after):
+        c.wakeups, c.cpu = (w1 - w0) / 2.0, (c1 - c0) / 2.0
+    return {c.name: c for c in cs}
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_every_container_gets_its_limit(truth, name):
+    c = truth[name]
+    assert abs(100 * c.share - c.limit) <= TOLERANCE, (name, 100 * c.share, c.bins)
+
+
+def test_splits_hold_their_ratios(truth):
+    assert 9 * 0.9 <= truth["split-90"].busy_ns / truth["split-10"].busy_ns <= 9 * 1.1
+    a, b, c = (truth[n].busy_ns for n in ("trio-30a", "trio-30b", "trio-40"))
+    assert 0.9 <= b / a <= 1.1 and 4 / 3 * 0.9 <= c / a <= 4 / 3 * 1.1, (a, b, c)
+
+
+def test_waits_are_few_and_cost_no_cpu(truth):
+    for c in truth.values():
+        assert c.wakeups <= 100, (c.name, c.wakeups)
+    # A container throttled to 10 % with 20 ms kernels mostly waits: it must sleep, not spin.
+    assert truth["long-kernels-10"].cpu < 0.05, truth["long-kernels-10"].cpu

@@ -4,8 +4,8 @@
  * (limiter.c), so the estimate only has to be good on average, never right.
  *
  * Two kinds of signature:
- *   steady    its samples agree (within STEADY_RATIO): the estimate is the smallest of its
- *             last COST_SAMPLES samples (timing events can only measure too much: another
+ *   steady    its last COST_SAMPLES samples agree (within STEADY_RATIO): the estimate is
+ *             the smallest of its last ESTIMATE_OF samples (timing events can only measure too much: another
  *             context's time slice inside the pair); its first COST_SAMPLES launches are
  *             measured, then one in STEADY_EVERY (at most one per STEADY_MIN_GAP_NS) and
  *             at least one per STEADY_MAX_GAP_NS;
@@ -28,7 +28,8 @@
 #define STEADY_RATIO 1.25 /* largest / smallest recent sample of a steady signature... */
 #define STEADY_SLACK_NS 100000.0 /* ... plus this: the host's jitter between a kernel and the
                                    * event before it (a descheduled launcher) is not a cost */
-#define STEADY_EVERY 32   /* a steady signature is measured once in this many launches */
+#define STEADY_EVERY 8    /* a steady signature is measured once in this many launches */
+#define ESTIMATE_OF 4     /* a steady estimate: the smallest of this many latest samples */
 #define CALM_SAMPLES 256  /* a variable signature becomes steady after this many agreeing */
 #define MEAN_WEIGHT 16
 #define USED_RESOLUTION_NS 1000000LL
@@ -151,10 +152,14 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
     pthread_mutex_lock(&table_lock);
     c->samples[c->count++ % COST_SAMPLES] = ns < 0 ? 0 : ns;
     uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
-    int64_t least = c->samples[0], most = c->samples[0];
+    int64_t least = c->samples[0], most = c->samples[0], recent = ns;
     for (uint32_t i = 0; i < n; i++) {
         least = c->samples[i] < least ? c->samples[i] : least;
         most = c->samples[i] > most ? c->samples[i] : most;
+    }
+    for (uint32_t i = 1; i < ESTIMATE_OF && i < n; i++) { /* follows a growing cost sooner */
+        int64_t v = c->samples[(c->count - 1 - i) % COST_SAMPLES];
+        recent = v < recent ? v : recent;
     }
     c->mean = c->count == 1 ? ns : c->mean + (ns - c->mean) / MEAN_WEIGHT;
     /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
@@ -163,6 +168,6 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
         c->calm = 0, c->variable = 1;
     else if (c->variable && ++c->calm >= CALM_SAMPLES)
         c->variable = 0;
-    __atomic_store_n(&c->estimate, c->variable ? c->mean : least, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->estimate, c->variable ? c->mean : recent, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&table_lock);
 }

@@ -41,11 +41,11 @@ void vgpu_limiter_init(const struct vgpu_config *cfg)
                  cfg->sm_limit[0]);
 }
 
-/* The limit of a record, 0 when it has none. */
+/* The limit of a record in effect now (priority may lower it), 0 when it has none. */
 static uint32_t limit_of(int rec)
 {
     uint32_t pct = __atomic_load_n(&vgpu_device_at(rec)->sm_limit, __ATOMIC_RELAXED);
-    return pct < 100 ? pct : 0;
+    return pct < 100 ? vgpu_priority_limit(pct) : 0;
 }
 
 /* A finished measurement: refine the estimate and settle the debt (see the top). */
@@ -54,8 +54,7 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32
 {
     int64_t before = cost ? vgpu_cost_estimate(cost) : -1;
     int steady = cost && before >= 0 && !vgpu_cost_variable(cost);
-    vgpu_contention_measured(measured_ns * (int64_t)weight);
-    measured_ns = vgpu_own_time(measured_ns, before);
+    measured_ns = vgpu_own_time(measured_ns, before, steady);
     if (cost)
         vgpu_cost_sample(cost, measured_ns);
     __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);

@@ -12,7 +12,8 @@
  *   costs.c    what a launch costs: per kernel signature (function, grid, block, device) or
  *              per graph exec, the smallest of its last few measured durations (contention
  *              can only make a measurement longer, never shorter).
- *   contention.c  own time versus the time slices the device gave other contexts.
+ *   contention.c  own time versus the time slices the device gave other contexts, and the
+ *              priority rule (CUDA_TASK_PRIORITY) between containers sharing a device.
  *   measure.c  measuring: timing events recorded around sampled launches on the launch's
  *              own stream, read back later without waiting (per thread, no helper thread).
  *   cu_capture.c  stream capture: captured launches do not run, so they are not charged, and
@@ -121,13 +122,13 @@ struct vgpu_sample *vgpu_measure_begin(const struct vgpu_launch *launch, struct 
 void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, int launched);
 
 /* ---- contention.c: own time versus others' time slices ---- */
-/* Adds device time measured by event pairs (before taking others' slices out). */
-void vgpu_contention_measured(int64_t measured_ns);
 /* Refreshes (at most every 100 ms) how many other contexts share the device of `rec`. */
 void vgpu_contention_refresh(int rec, int64_t now);
+/* The limit in effect: `pct`, or less for a lower-priority container on a saturated device. */
+uint32_t vgpu_priority_limit(uint32_t pct);
 /* A measured event-pair time without the other contexts' time slices it contains, given
- * what the launch was expected to cost (-1: unknown). */
-int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns);
+ * what the launch was expected to cost (-1: unknown) and whether its signature is steady. */
+int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns, int steady);
 
 /* ---- cu_capture.c: stream capture ---- */
 /* Non-zero while some stream of this process may be capturing. */

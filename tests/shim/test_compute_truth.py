@@ -78,3 +78,31 @@ def test_waits_are_few_and_cost_no_cpu(truth):
         assert c.wakeups <= 100, (c.name, c.wakeups)
     # A container throttled to 10 % with 20 ms kernels mostly waits: it must sleep, not spin.
     assert truth["long-kernels-10"].cpu < 0.05, truth["long-kernels-10"].cpu
+
+
+@pytest.fixture(scope="module")
+def priorities(tmp_path_factory):
+    """Two containers limited to 70 % on each of two GPUs, both saturating: on GPU 0 one has
+    CUDA_TASK_PRIORITY=1 (lower), on GPU 1 both have the default 0."""
+    tmp = tmp_path_factory.mktemp("priority")
+    base = sim_env(gpus=["40g/108"] * 2, state_dir=tmp / "sim")
+
+    def tenant(name, device, priority):
+        env = shim_env(ShimSettings(sm_limit=70, priority=priority,
+                                    cache_path=str(tmp / f"{name}.cache")), base)
+        return Tenant(name, device, [Worker("batch", 30, env, device)])
+
+    ts = [tenant("high", 0, 0), tenant("low", 0, 1), tenant("even-a", 1, 0),
+          tenant("even-b", 1, 0)]
+    run_round(ts, tmp / "sim", 2.0, 2.0)  # the rule follows NVML's 1 s utilization
+    return {t.name: 100 * t.share for t in ts}
+
+
+def test_higher_priority_gets_device_time_first(priorities):
+    p = priorities
+    # Time slices alone split a saturated GPU evenly whatever the limits...
+    assert abs(p["even-a"] - p["even-b"]) <= 8, p
+    # ...priority gives the higher one its limit, the lower one what it leaves (less the
+    # 5 points of headroom the rule keeps), and the device stays busy.
+    assert p["high"] >= 62 and p["low"] >= 22 and p["high"] - p["low"] >= 25, p
+    assert p["high"] + p["low"] >= 90, p

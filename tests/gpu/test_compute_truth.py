@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from conftest import ROOT
+from test_compute_pytorch import container  # noqa: F401 (the fixture: shim, file, limit)
 
 CHILD = r'''
 import ctypes, json, os, sys, time, torch
@@ -82,17 +83,6 @@ def run(envs, mode, seconds=4.0):
     for k, (_, err) in zip(kids, outs):
         assert k.returncode == 0, err[-3000:]
     return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
-
-
-@pytest.fixture
-def container(real_gpu_env, libvgpu, tmp_path):
-    def make(name, sm_limit=None):
-        env = dict(real_gpu_env, LD_PRELOAD=str(libvgpu),
-                   CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / f"{name}.cache"))
-        if sm_limit is not None:
-            env["CUDA_DEVICE_SM_LIMIT"] = str(sm_limit)
-        return env
-    return make
 
 
 def test_mixed_20us_and_5ms_kernels_at_30_percent(container, record_property):

@@ -27,6 +27,7 @@
  * SIGTERM, then prints one JSON line: kernels launched and their device time in ns.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -197,7 +198,7 @@ static void *run(void *arg)
             if (tiny) { /* polls, as a spinning synchronize does: 20 us is below a sleep */
                 CUresult q;
                 while ((q = cuStreamQuery(u.s)) == CUDA_ERROR_NOT_READY)
-                    ;
+                    sched_yield(); /* as the driver's spinning waits do */
                 must(q, "cuStreamQuery");
             } else {
                 must(cuStreamSynchronize(u.s), "cuStreamSynchronize");

@@ -100,8 +100,9 @@ CUresult sim_tl_kernel(struct CUstream_st *s, int64_t ns, uint32_t sms);
 CUresult sim_tl_record(struct CUstream_st *s, struct CUevent_st *e);
 /* Makes the stream's later work wait for a recorded event. */
 CUresult sim_tl_wait_event(struct CUstream_st *s, const struct CUevent_st *e);
-/* 1 once the device reached the event (then e->t_ns is its time), else 0. */
-int sim_tl_event_done(struct CUevent_st *e);
+/* 1 once the device reached the event (then e->t_ns is its time), else 0; a `query` does
+ * not wait for the state lock (busy: 0). */
+int sim_tl_event_done(struct CUevent_st *e, int query);
 /* 1 when the stream has no work left. */
 int sim_tl_stream_idle(struct CUstream_st *s);
 /* Waits for the stream's / the event's / the context's work; spinning unless told to block. */

@@ -208,7 +208,7 @@ SIM_API CUresult cuEventQuery(CUevent ev)
     CUresult rc = check_event(ev);
     if (rc != CUDA_SUCCESS)
         return rc;
-    return sim_tl_event_done(ev) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return sim_tl_event_done(ev, 1) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 SIM_API CUresult cuEventSynchronize(CUevent ev)
@@ -241,7 +241,7 @@ static CUresult elapsed(float *ms, CUevent start, CUevent end)
     if (!start->recorded || !end->recorded ||
         ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
-    if (!sim_tl_event_done(start) || !sim_tl_event_done(end))
+    if (!sim_tl_event_done(start, 0) || !sim_tl_event_done(end, 0))
         return CUDA_ERROR_NOT_READY;
     *ms = (float)((double)(end->t_ns - start->t_ns) / 1e6);
     return CUDA_SUCCESS;

@@ -41,6 +41,18 @@ static struct sim_tl_device *lock_now(int dev)
     return t;
 }
 
+/* The same for a query, which must stay cheap however often a program polls: NULL while
+ * another process holds the lock (the query then says "not ready", as a real one may while
+ * the device is busy, and the poller looks again). */
+static struct sim_tl_device *try_now(int dev)
+{
+    struct sim_tl_device *t = sim_tl(dev);
+    if (!t || sim_trylock() < 0)
+        return NULL;
+    sim_tl_advance(dev, t, sim_now_ns());
+    return t;
+}
+
 static int bind(struct sim_tl_device *t, struct CUstream_st *s)
 {
     int blocking = s != &s->ctx->null_stream && !(s->flags & CU_STREAM_NON_BLOCKING);
@@ -211,13 +223,15 @@ CUresult sim_tl_wait_event(struct CUstream_st *s, const struct CUevent_st *e)
                                       .wait_seq = e->seq, .wait_gen = e->gen}, &seq);
 }
 
-int sim_tl_event_done(struct CUevent_st *e)
+int sim_tl_event_done(struct CUevent_st *e, int query)
 {
     if (!e->recorded || e->stamped)
         return 1;
-    struct sim_tl_device *t = lock_now(e->dev);
-    if (!t)
+    if (!sim_tl(e->dev))
         return 1;
+    struct sim_tl_device *t = query ? try_now(e->dev) : lock_now(e->dev);
+    if (!t)
+        return 0;
     const struct sim_tl_lane *l = &t->lanes[e->lane];
     if (l->gen != e->gen) { /* its stream went and drained: done, at an unknown time */
         e->stamped = 1;
@@ -252,11 +266,11 @@ static void wait_lane(int dev, int lane, uint32_t gen, uint64_t seq, int spin)
 
 int sim_tl_stream_idle(struct CUstream_st *s)
 {
-    if (!s->lane_gen)
+    if (!s->lane_gen || !sim_tl(s->ctx->dev))
         return 1;
-    struct sim_tl_device *t = lock_now(s->ctx->dev);
+    struct sim_tl_device *t = try_now(s->ctx->dev);
     if (!t)
-        return 1;
+        return 0;
     const struct sim_tl_lane *l = &t->lanes[s->lane];
     int idle = l->gen != s->lane_gen || l->head >= l->tail;
     sim_unlock();

@@ -72,6 +72,8 @@ struct sim_device *sim_device(int index);
 uint64_t sim_ctx_overhead(void);
 
 void sim_lock(void);
+/* 0 with the lock held, -1 when another holds it (queries answer "not ready" then). */
+int sim_trylock(void);
 void sim_unlock(void);
 
 int64_t sim_now_ns(void);

@@ -232,6 +232,14 @@ void sim_lock(void)
         pthread_mutex_consistent(m);
 }
 
+int sim_trylock(void)
+{
+    int rc = pthread_mutex_trylock((pthread_mutex_t *)(void *)state->header.lock);
+    if (rc == EOWNERDEAD)
+        pthread_mutex_consistent((pthread_mutex_t *)(void *)state->header.lock);
+    return rc == 0 || rc == EOWNERDEAD ? 0 : -1;
+}
+
 void sim_unlock(void) { pthread_mutex_unlock((pthread_mutex_t *)(void *)state->header.lock); }
 
 int64_t sim_now_ns(void)

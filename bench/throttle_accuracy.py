@@ -87,12 +87,14 @@ class Container(Tenant):
         env = shim_env(ShimSettings(sm_limit=limit, cache_path=str(self.cache)), base, lib=lib)
         super().__init__(name, device, [Worker(mode, seconds, env, device=device)
                                         for _ in range(procs)])
-        self.wakeups = self.cpu = 0.0
+        self.wakeups = self.cpu = self.charged = 0.0
 
     def edges(self) -> Tuple[Dict[int, int], float]:
         """Timed sleeps so far per live process (shared file), and CPU seconds of the
         container's processes (/proc)."""
-        waits = {p.pid: p.sm_waits for p in read_usage(self.cache).processes}
+        usage = read_usage(self.cache)
+        waits = {p.pid: p.sm_waits for p in usage.processes}
+        self.charged = usage.devices[0].sm_share if usage.devices else 0.0
         cpu = 0.0
         for pid in self.pids:
             try:
@@ -202,13 +204,14 @@ def report(new: List[Container], old: Optional[List[Container]], cost_new: List[
     """Prints the table, the figures and, last, max_abs_error_pp (of the new limiter)."""
     before = f"before ({ref})" if ref else "before"
     print(f"{'workload':<44} {'limit':>5} {before:>13} {'after':>8} {'error':>7} "
-          f"{'100 ms bins':>13} {'wake/s':>7} {'CPU %':>6}")
+          f"{'100 ms bins':>13} {'wake/s':>7} {'CPU %':>6} {'charged':>8}")
     for k, c in enumerate(new):
         was = f"{100 * old[k].share:.2f}%" if old else "-"
         mark = " " if c.counted else "*"
         print(f"{c.name:<43}{mark} {c.limit:>4}% {was:>13} {100 * c.share:>7.2f}% "
               f"{100 * c.share - c.limit:>+6.2f}  {100 * min(c.bins):>5.1f}.."
-              f"{100 * max(c.bins):<5.1f}  {c.wakeups:>7.1f} {100 * c.cpu:>6.2f}")
+              f"{100 * max(c.bins):<5.1f}  {c.wakeups:>7.1f} {100 * c.cpu:>6.2f} "
+              f"{c.charged:>7.2f}%")
     for label, prefix in (("10/90 work ratio", "10/90"), ("30/30/40 work ratio", "30/30/40")):
         if not split(new, prefix):
             continue

@@ -13,10 +13,11 @@
  * which halves a long kernel sharing the device with one saturating neighbour. A sample
  * shorter than one round is a kernel that straddled a switch or not: the others' slices
  * taken out are the whole slices (0 to k) that best explain its excess over its expected
- * cost, so that a short kernel that did not straddle stays whole. A steady signature's
- * sample whose excess over its estimate k slices can explain is the estimate: the others'
- * slices are often partial (a neighbour that runs out of work hands the device back early),
- * and a steady kernel that really grows shows it in its samples that straddled nothing. The slice is the driver's (`nvidia-smi compute-policy
+ * cost, so that a short kernel that did not straddle stays whole. The others' slices are
+ * often partial (a neighbour that runs out of work hands the device back early) and then
+ * stay in the sample: a steady signature's estimate, the smallest of its recent samples,
+ * filters them, and on a shared device its samples may differ by k slices and still count
+ * as agreeing (vgpu_contention_slack), so that such samples do not make it variable. The slice is the driver's (`nvidia-smi compute-policy
  * --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
  *
  * Priority (CUDA_TASK_PRIORITY, HAMi's: 0 is the highest and the default). When containers
@@ -44,6 +45,7 @@
 #define DEFAULT_SLICE_NS 2000000LL
 #define ALONE_PPM 20000 /* utilization within 2 points of our own share: nobody else */
 #define HEADROOM_PPM 50000  /* 5 points */
+#define JITTER_NS 100000LL  /* host jitter in an event pair on an idle stream */
 #define FLOOR_PPM 10000     /* a lower-priority container never stops entirely: 1 point */
 #define SATURATED_PPM 970000
 
@@ -109,6 +111,12 @@ void vgpu_contention_refresh(int rec, int64_t now)
     __atomic_store_n(&others, count_others(rec), __ATOMIC_RELAXED);
 }
 
+int64_t vgpu_contention_slack(void)
+{
+    int k = __atomic_load_n(&others, __ATOMIC_RELAXED);
+    return JITTER_NS + (k > 0 ? k * timeslice() + timeslice() / 4 : 0);
+}
+
 uint32_t vgpu_priority_limit(uint32_t pct)
 {
     uint32_t cap = __atomic_load_n(&yield_ppm, __ATOMIC_RELAXED);
@@ -117,14 +125,12 @@ uint32_t vgpu_priority_limit(uint32_t pct)
     return cap / 10000 ? cap / 10000 : 1;
 }
 
-int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns, int steady)
+int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns)
 {
     int k = __atomic_load_n(&others, __ATOMIC_RELAXED);
     if (k <= 0)
         return measured_ns;
     int64_t slice = timeslice(), slices;
-    if (steady && measured_ns > expected_ns && measured_ns - expected_ns <= k * slice + slice / 4)
-        return expected_ns; /* a steady kernel's excess that others' slices explain */
     if (expected_ns >= 0 && measured_ns < (k + 1) * slice) {
         /* Shorter than one round: 0 to k others' slices, as many as explain the excess. */
         slices = (int64_t)((double)(measured_ns - expected_ns) / (double)slice + 0.5);

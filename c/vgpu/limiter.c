@@ -54,9 +54,9 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32
 {
     int64_t before = cost ? vgpu_cost_estimate(cost) : -1;
     int steady = cost && before >= 0 && !vgpu_cost_variable(cost);
-    measured_ns = vgpu_own_time(measured_ns, before, steady);
+    measured_ns = vgpu_own_time(measured_ns, before);
     if (cost)
-        vgpu_cost_sample(cost, measured_ns);
+        vgpu_cost_sample(cost, measured_ns, vgpu_contention_slack());
     __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);
     if (steady)
         return; /* its samples agree with its estimate (or this one makes it variable) */

@@ -106,7 +106,7 @@ int vgpu_cost_due(struct vgpu_cost *c, int64_t now);
 /* The launches a measurement starting now stands for (since the last one), and resets it. */
 uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now);
 /* Adds a measured duration (its own time); updates the estimate and the kind. */
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t slack_ns);
 
 /* ---- measure.c: timing events, per thread ---- */
 /* Called for each finished measurement: what was charged, how many launches of the signature
@@ -124,11 +124,14 @@ void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, i
 /* ---- contention.c: own time versus others' time slices ---- */
 /* Refreshes (at most every 100 ms) how many other contexts share the device of `rec`. */
 void vgpu_contention_refresh(int rec, int64_t now);
+/* How far apart a steady signature's samples may be: 100 us of host jitter alone; on a shared
+ * device also the k slices others may take (partial ones cannot be taken out). */
+int64_t vgpu_contention_slack(void);
 /* The limit in effect: `pct`, or less for a lower-priority container on a saturated device. */
 uint32_t vgpu_priority_limit(uint32_t pct);
 /* A measured event-pair time without the other contexts' time slices it contains, given
- * what the launch was expected to cost (-1: unknown) and whether its signature is steady. */
-int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns, int steady);
+ * what the launch was expected to cost (-1: unknown). */
+int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns);
 
 /* ---- cu_capture.c: stream capture ---- */
 /* Non-zero while some stream of this process may be capturing. */

@@ -104,7 +104,7 @@ def priorities(tmp_path_factory):
 
     ts = [tenant("high", 0, 0), tenant("low", 0, 1), tenant("even-a", 1, 0),
           tenant("even-b", 1, 0)]
-    run_round(ts, tmp / "sim", 2.0, 2.0)  # the rule follows NVML's 1 s utilization
+    run_round(ts, tmp / "sim", 3.0, 2.0)  # the rule follows NVML's 1 s utilization
     return {t.name: 100 * t.share for t in ts}
 
 

@@ -83,8 +83,9 @@ def test_streams_of_one_process_overlap_when_their_blocks_fit(sim):
         say(ms=took)
     ''')
     fit, full = out[0]["ms"]
-    assert 29 <= fit <= 45, fit      # 4 + 4 blocks on 8 SMs: side by side
-    assert 59 <= full <= 80, full    # 8 + 8: one after the other
+    # 4 + 4 blocks on 8 SMs run side by side (30 ms), 8 + 8 one after the other (60 ms); wall
+    # time on a loaded machine can only add to both.
+    assert 29 <= fit < 0.75 * full and full >= 59, (fit, full)
 
 
 def test_a_wait_spins_unless_made_for_blocking_sync(sim):

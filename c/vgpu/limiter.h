@@ -9,9 +9,9 @@
  *              wall time, updated with compare-and-swap only (no lock a killed process could
  *              hold; a dead process's charges simply expire as time passes). Also the
  *              figures hami-smi shows (achieved share per window, wake-ups).
- *   costs.c    what a launch costs: per kernel signature (function, grid, block, device) or
- *              per graph exec, the smallest of its last few measured durations (contention
- *              can only make a measurement longer, never shorter).
+ *   costs.c    what a launch is charged before it runs: per kernel signature (function,
+ *              grid, block, device) or graph exec, steady (the smallest recent sample) or
+ *              variable (the mean; every launch measured and settled as a debt); evicting.
  *   contention.c  own time versus the time slices the device gave other contexts, and the
  *              priority rule (CUDA_TASK_PRIORITY) between containers sharing a device.
  *   measure.c  measuring: timing events recorded around sampled launches on the launch's
@@ -19,10 +19,11 @@
  *   cu_capture.c  stream capture: captured launches do not run, so they are not charged, and
  *              no event is touched while any capture is active in the process.
  *   limiter.c  the launch path: admit (wait for budget, charge the estimate, maybe start a
- *              measurement) before the real launch, done (finish the measurement) after it.
+ *              measurement) before the real launch, done (finish the measurement) after it;
+ *              settling finished measurements (debts).
  *
  * Nothing maps container PIDs to host PIDs: the limiter measures the container's own device
- * time from inside the container.
+ * time from inside the container (NVML only for PID-free device figures, contention.c).
  *
  * The seam (cu_launch.c): every launch hook (cuLaunchKernel, cuLaunchKernelEx,
  * cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz variants, whichever route the

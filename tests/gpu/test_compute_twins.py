@@ -10,11 +10,13 @@ library and pytest here (conftest.py skips the folder without a real GPU).
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
 from test_compute_pytorch import container  # noqa: F401 (the fixture: shim, file, limit)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r'''
 import ctypes, json, os, sys, time, torch

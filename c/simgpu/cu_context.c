@@ -100,8 +100,8 @@ SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&primary_lock);
     struct CUctx_st *c = &primaries[dev];
-    if (c->magic != MAGIC_CTX)
-        init_ctx(c, dev, 0, 1);
+    if (c->magic != MAGIC_CTX) /* keeps flags set by cuDevicePrimaryCtxSetFlags before */
+        init_ctx(c, dev, c->flags, 1);
     if (c->refcount == 0)
         rc = attach(dev);
     if (rc == CUDA_SUCCESS) {
@@ -221,6 +221,7 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
             ctx_stack[w++] = ctx_stack[r];
     ctx_depth = w;
     ctx->magic = MAGIC_DEAD;
+    sim_tl_forget(NULL, ctx); /* its streams' lanes are freed once they drain */
     detach(ctx);
     return CUDA_SUCCESS;
 }

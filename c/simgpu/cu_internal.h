@@ -33,8 +33,10 @@ struct CUstream_st {
     struct CUctx_st *ctx;
     unsigned int flags;
     int priority;
-    int64_t tail_ns;          /* end of the last work queued on this stream */
+    int64_t tail_ns;          /* unused since the shared timeline (timeline.h) */
     struct CUgraph_st *capture; /* non-NULL while capturing */
+    int lane;                 /* this stream's lane on the device timeline, when lane_gen */
+    uint32_t lane_gen;        /* 0: no lane yet */
 };
 
 struct CUctx_st {
@@ -54,6 +56,9 @@ struct CUevent_st {
     int recorded;
     int64_t t_ns;
     int captured; /* last recorded into a capture: a graph node, safe to query */
+    int dev, lane, stamped; /* recorded as operation `seq` of a lane; stamped: t_ns is known */
+    uint32_t gen;
+    uint64_t seq;
 };
 
 struct sim_node {
@@ -111,6 +116,26 @@ CUresult sim_capture_check(void);
  * device's graph pool when the graph is launched). */
 CUresult sim_capture_alloc(CUdeviceptr *dptr, size_t bytes, struct CUstream_st *s);
 struct CUgraph_st *sim_new_graph(void);
+/* ---- cu_wait.c: the process's side of the shared timeline (timeline.h) ---- */
+/* Queues a kernel occupying `sms` SMs for `ns` on the stream's lane. */
+CUresult sim_tl_kernel(struct CUstream_st *s, int64_t ns, uint32_t sms);
+/* Queues an event record on the stream. */
+CUresult sim_tl_record(struct CUstream_st *s, struct CUevent_st *e);
+/* Makes the stream's later work wait for a recorded event. */
+CUresult sim_tl_wait_event(struct CUstream_st *s, const struct CUevent_st *e);
+/* 1 once the device reached the event (then e->t_ns is its time), else 0; a `query` does
+ * not wait for the state lock (busy: 0). */
+int sim_tl_event_done(struct CUevent_st *e, int query);
+/* 1 when the stream has no work left. */
+int sim_tl_stream_idle(struct CUstream_st *s);
+/* Waits for the stream's / the event's / the context's work; spinning unless told to block. */
+void sim_tl_sync_stream(struct CUstream_st *s, int spin);
+void sim_tl_sync_event(struct CUevent_st *e, int spin);
+void sim_tl_sync_ctx(struct CUctx_st *c, int spin);
+/* The stream (or every stream of the context) goes: its lanes are freed once they drain. */
+void sim_tl_forget(struct CUstream_st *s, struct CUctx_st *c);
+/* Whether waits in this context spin (not created with CU_CTX_SCHED_BLOCKING_SYNC). */
+int sim_ctx_spins(const struct CUctx_st *c);
 
 /* ---- cu_pool.c ---- */
 /* Returns unused pool reservations above their release thresholds (at synchronize). */

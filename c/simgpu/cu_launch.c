@@ -131,7 +131,7 @@ static CUresult spin_ns(void **params, void **extra, uint64_t *ns)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-/* Occupies the device for ns * ceil(blocks / SMs): each wave of blocks takes `ns`. */
+/* Occupies min(blocks, SMs) SMs for ns * ceil(blocks / SMs): each wave of blocks takes `ns`. */
 static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
                        CUstream h, int pt, void **params, void **extra)
 {
@@ -150,7 +150,11 @@ static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned 
     uint64_t waves = (blocks + sms - 1) / sms;
     if (ns > (uint64_t)INT64_MAX / waves)
         return CUDA_ERROR_INVALID_VALUE;
-    return sim_stream_enqueue(s, (int64_t)(ns * waves));
+    if (s->capture)
+        return sim_stream_enqueue(s, (int64_t)(ns * waves));
+    /* Blocks take SMs while they run: a kernel narrower than the device leaves room beside
+     * it for kernels of the context's other streams. */
+    return sim_tl_kernel(s, (int64_t)(ns * waves), (uint32_t)(blocks < sms ? blocks : sms));
 }
 
 #define LAUNCH_ARGS                                                                           \

@@ -1,6 +1,6 @@
-/* Streams, events and synchronisation on the analytic device timeline: no worker threads.
- * Work queued on a stream gets its end time at submission (sim_enqueue_busy); waiting means
- * sleeping until that time; an event is stamped when the device would reach it. */
+/* Streams, events and synchronisation: the API side of the shared device timeline
+ * (timeline.h: time slices between processes, streams of a process overlapping, events
+ * stamped when the device reaches them; cu_wait.c: queueing and waiting). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,27 +53,11 @@ CUresult sim_stream_enqueue(struct CUstream_st *s, int64_t duration_ns)
         g->nodes[g->count++].duration_ns = duration_ns;
         return CUDA_SUCCESS;
     }
-    int64_t end = sim_enqueue_busy(s->ctx->dev, s->tail_ns, duration_ns);
-    s->tail_ns = end;
-    if (end > s->ctx->tail_ns)
-        s->ctx->tail_ns = end;
-    return CUDA_SUCCESS;
+    /* A graph's kernels were captured without their grid: each takes the whole device. */
+    return sim_tl_kernel(s, duration_ns, sim_device(s->ctx->dev)->sms);
 }
 
-void sim_ctx_wait(struct CUctx_st *ctx)
-{
-    int64_t t = ctx->tail_ns;
-    if (thread_stream.ctx == ctx && thread_stream.tail_ns > t)
-        t = thread_stream.tail_ns;
-    if (t > sim_now_ns())
-        sim_sleep_until(t);
-}
-
-/* End of the work a stream waits for: the legacy stream waits for its whole context. */
-static int64_t stream_tail(const struct CUstream_st *s)
-{
-    return s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
-}
+void sim_ctx_wait(struct CUctx_st *ctx) { sim_tl_sync_ctx(ctx, sim_ctx_spins(ctx)); }
 
 static CUresult create_stream(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -113,6 +97,7 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream hStream)
         hStream->magic != MAGIC_STREAM)
         return CUDA_ERROR_INVALID_HANDLE;
     /* Queued work still completes on the device timeline; only the handle goes. */
+    sim_tl_forget(hStream, NULL);
     hStream->magic = MAGIC_DEAD;
     free(hStream);
     return CUDA_SUCCESS;
@@ -128,10 +113,7 @@ static CUresult stream_sync(CUstream h, int pt)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (s == &s->ctx->null_stream && (rc = sim_capture_check()) != CUDA_SUCCESS)
         return rc; /* the legacy stream waits for every blocking stream, capturing ones too */
-    if (s == &s->ctx->null_stream)
-        sim_ctx_wait(s->ctx); /* the legacy stream waits for every blocking stream */
-    else if (s->tail_ns > sim_now_ns())
-        sim_sleep_until(s->tail_ns);
+    sim_tl_sync_stream(s, sim_ctx_spins(s->ctx));
     sim_pools_trim(s->ctx->dev);
     return CUDA_SUCCESS;
 }
@@ -142,7 +124,7 @@ static CUresult stream_query(CUstream h, int pt)
     CUresult rc = sim_stream(h, pt, &s);
     if (rc != CUDA_SUCCESS)
         return rc;
-    return sim_now_ns() >= stream_tail(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return sim_tl_stream_idle(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 static CUresult stream_wait_event(CUstream h, CUevent ev, int pt)
@@ -153,9 +135,7 @@ static CUresult stream_wait_event(CUstream h, CUevent ev, int pt)
         return rc;
     if (!ev || ev->magic != MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (ev->recorded && ev->t_ns > s->tail_ns)
-        s->tail_ns = ev->t_ns;
-    return CUDA_SUCCESS;
+    return sim_tl_wait_event(s, ev);
 }
 
 SIM_API CUresult cuStreamSynchronize(CUstream h) { return stream_sync(h, 0); }
@@ -200,17 +180,9 @@ static CUresult event_record(CUevent ev, CUstream h, int pt)
     if (!ev || ev->magic != MAGIC_EVENT)
         return CUDA_ERROR_INVALID_HANDLE;
     ev->captured = s->capture != NULL;
-    /* The device reaches the event when it would start the stream's next kernel: after the
-     * stream's own work and, the device being time-sliced in submission order, after
-     * everything queued on it before (another process's kernels too). A real GPU stamps an
-     * event when it processes it in the stream, which needs the stream's context to run. */
-    int64_t t = stream_tail(s);
-    int64_t now = sim_now_ns();
-    int64_t device = __atomic_load_n(&sim_device(s->ctx->dev)->busy_until_ns, __ATOMIC_ACQUIRE);
-    t = t > now ? t : now;
-    ev->t_ns = t > device ? t : device;
-    ev->recorded = 1;
-    return CUDA_SUCCESS;
+    /* The device stamps the event when the stream reaches it while the stream's context
+     * holds the device (timeline.h). */
+    return sim_tl_record(s, ev);
 }
 
 SIM_API CUresult cuEventRecord(CUevent e, CUstream h) { return event_record(e, h, 0); }
@@ -248,14 +220,14 @@ SIM_API CUresult cuEventQuery(CUevent ev)
     CUresult rc = check_event_wait(ev);
     if (rc != CUDA_SUCCESS)
         return rc;
-    return (!ev->recorded || sim_now_ns() >= ev->t_ns) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return sim_tl_event_done(ev, 1) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 SIM_API CUresult cuEventSynchronize(CUevent ev)
 {
     CUresult rc = check_event_wait(ev);
-    if (rc == CUDA_SUCCESS && ev->recorded && ev->t_ns > sim_now_ns())
-        sim_sleep_until(ev->t_ns);
+    if (rc == CUDA_SUCCESS) /* spins unless the event was made for blocking waits */
+        sim_tl_sync_event(ev, !(ev->flags & CU_EVENT_BLOCKING_SYNC));
     return rc;
 }
 
@@ -281,8 +253,7 @@ static CUresult elapsed(float *ms, CUevent start, CUevent end)
     if (!start->recorded || !end->recorded ||
         ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING))
         return CUDA_ERROR_INVALID_HANDLE;
-    int64_t now = sim_now_ns();
-    if (now < start->t_ns || now < end->t_ns)
+    if (!sim_tl_event_done(start, 0) || !sim_tl_event_done(end, 0))
         return CUDA_ERROR_NOT_READY;
     *ms = (float)((double)(end->t_ns - start->t_ns) / 1e6);
     return CUDA_SUCCESS;

@@ -148,30 +148,20 @@ uint64_t sim_device_used(int dev)
     return used;
 }
 
-int64_t sim_enqueue_busy(int dev, int64_t after_ns, int64_t duration_ns)
+void sim_busy_add_locked(struct sim_device *d, int32_t pid, int64_t start, int64_t end)
 {
-    struct sim_device *d = sim_device(dev);
-    int64_t now = sim_now_ns();
-    if (!d)
-        return now;
-    sim_lock();
-    int64_t start = now > d->busy_until_ns ? now : d->busy_until_ns;
-    if (after_ns > start)
-        start = after_ns;
-    int64_t end = start + duration_ns;
-    d->busy_until_ns = end;
+    if (end > d->busy_until_ns)
+        d->busy_until_ns = end;
     struct sim_busy *last = d->busy_count ? &d->busy[(d->busy_count - 1) % SIM_BUSY_RING] : NULL;
-    if (last && last->pid == slots_pid && last->end_ns == start) {
+    if (last && last->pid == pid && last->end_ns == start) {
         last->end_ns = end; /* back-to-back kernels of one process: one interval */
-    } else {
-        struct sim_busy *b = &d->busy[d->busy_count % SIM_BUSY_RING];
-        b->start_ns = start;
-        b->end_ns = end;
-        b->pid = slots_pid;
-        d->busy_count++;
+        return;
     }
-    sim_unlock();
-    return end;
+    struct sim_busy *b = &d->busy[d->busy_count % SIM_BUSY_RING];
+    b->start_ns = start;
+    b->end_ns = end;
+    b->pid = pid;
+    d->busy_count++;
 }
 
 int64_t sim_busy_ns_locked(const struct sim_device *d, int64_t from, int64_t to, int32_t pid)

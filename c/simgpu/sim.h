@@ -65,6 +65,8 @@ enum sim_status {
 /* Opens (once per process) the configuration and the state file. Safe from any thread and
  * any entry point, including calls from other libraries' constructors. */
 enum sim_status sim_open(void);
+/* The state directory: $HAMI_SIM_STATE, else $TMPDIR/hami-sim-<uid>. */
+void sim_state_dir(char *out, size_t len);
 int sim_device_count(void);
 struct sim_device *sim_device(int index);
 /* Device memory a context takes on `dev` (HAMI_SIM_CTX_OVERHEAD, else the model's default),
@@ -76,6 +78,8 @@ uint64_t sim_module_memory(void);
 int32_t sim_host_pid_offset(void);
 
 void sim_lock(void);
+/* 0 with the lock held, -1 when another holds it (queries answer "not ready" then). */
+int sim_trylock(void);
 void sim_unlock(void);
 
 int64_t sim_now_ns(void);
@@ -93,9 +97,10 @@ void sim_slots_init(void);
 /* Frees the slots of processes that are gone; caller holds the lock. */
 void sim_reap_locked(struct sim_device *d, int force);
 
-/* Queues `duration_ns` of work on the device timeline, not before `after_ns`; returns its
- * end time. */
-int64_t sim_enqueue_busy(int dev, int64_t after_ns, int64_t duration_ns);
+/* Records that the device ran `pid`'s kernels in [start, end) (timeline.c plays the device;
+ * this is its log, read by NVML's utilization and hami_sim's BusyRecorder); caller holds the
+ * lock. */
+void sim_busy_add_locked(struct sim_device *d, int32_t pid, int64_t start, int64_t end);
 /* Busy nanoseconds of `pid` (0: any process) on the device within [from, to); caller holds
  * the lock. */
 int64_t sim_busy_ns_locked(const struct sim_device *d, int64_t from, int64_t to, int32_t pid);

@@ -41,7 +41,7 @@ static int make_dirs(const char *path)
     return (mkdir(buf, 0700) < 0 && errno != EEXIST) ? -1 : 0;
 }
 
-static void state_dir(char *out, size_t len)
+void sim_state_dir(char *out, size_t len)
 {
     const char *dir = getenv("HAMI_SIM_STATE");
     if (dir && dir[0]) {
@@ -221,7 +221,7 @@ static void open_once_fn(void)
         return;
     }
     char dir[PATH_MAX], config[SIM_CONFIG_LEN];
-    state_dir(dir, sizeof dir);
+    sim_state_dir(dir, sizeof dir);
     /* Longer texts are cut: two configurations differing only past 1 KiB share a file. */
     if (snprintf(config, sizeof config, "gpus=%s;seed=%s", gpus, seed ? seed : "") >=
         (int)sizeof config)
@@ -285,6 +285,14 @@ void sim_lock(void)
     /* The previous holder died mid-update; every field stays valid (see sim_state.h). */
     if (pthread_mutex_lock(m) == EOWNERDEAD)
         pthread_mutex_consistent(m);
+}
+
+int sim_trylock(void)
+{
+    int rc = pthread_mutex_trylock((pthread_mutex_t *)(void *)state->header.lock);
+    if (rc == EOWNERDEAD)
+        pthread_mutex_consistent((pthread_mutex_t *)(void *)state->header.lock);
+    return rc == 0 || rc == EOWNERDEAD ? 0 : -1;
 }
 
 void sim_unlock(void) { pthread_mutex_unlock((pthread_mutex_t *)(void *)state->header.lock); }

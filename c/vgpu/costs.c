@@ -1,30 +1,54 @@
 /* What a launch costs in device time, per signature: the kernel (function, grid, block) or
- * graph exec, on one device record. The cost of a launch is only known after it ran, so each
- * launch is charged its signature's estimate, and sampled launches are timed (measure.c).
+ * graph exec, on one device record. A launch is charged its signature's estimate before it
+ * runs; what it really cost is learnt from measurements (measure.c) and settled as a debt
+ * (limiter.c), so the estimate only has to be good on average, never right.
  *
- * The estimate is the SMALLEST of the signature's last COST_SAMPLES measured durations.
- * Timing events around a kernel can only measure too much, never too little: under contention
- * the pair may include time another container's work held the device (or, on a time-sliced
- * GPU, its time slices). The smallest recent sample is the one least disturbed; a kernel that
- * really became longer is followed after COST_SAMPLES samples.
+ * Two kinds of signature:
+ *   steady    its last COST_SAMPLES samples agree (within STEADY_RATIO and a slack): the
+ *             estimate is
+ *             the smallest of its last ESTIMATE_OF samples (timing events can only measure too much: another
+ *             context's time slice inside the pair); its first COST_SAMPLES launches are
+ *             measured, then one in STEADY_EVERY (at most one per STEADY_MIN_GAP_NS) and
+ *             at least one per STEADY_MAX_GAP_NS;
+ *   variable  its samples disagree (a persistent kernel, a communication kernel whose time
+ *             follows the message size, one kernel function used for work of any size): the
+ *             estimate is their running mean and every launch is measured.
  *
- * The table is per process, fixed size, lock-free to read: an entry's key is written once,
- * with release order, after its estimate was set to "unknown"; estimates are single words.
- * Updates (rare: one per finished measurement) take a process-local mutex.
+ * The table is per process, fixed size and EVICTS: a new signature takes a free slot near its
+ * hash or the least recently used one there, so programs with ever new shapes (tens of
+ * thousands of distinct grids) keep their hot signatures and pay nothing for the rest but
+ * an estimate from the last measurement. Lock-free to read (an entry's fields are single
+ * words; a torn estimate is a wrong price that the debt corrects); updates take a mutex.
  */
 #include <pthread.h>
 
 #include "limiter.h"
 
 #define COST_SLOTS 4096 /* power of two */
-#define COST_PROBES 32
-#define COST_SAMPLES 8
+#define COST_PROBES 8
+#define STEADY_RATIO 1.25 /* largest / smallest recent sample of a steady signature... */
+/* ... plus a slack (vgpu_contention_slack): the host's jitter between a kernel and the event
+ * before it (a descheduled launcher) is not a cost, nor, on a shared device, a part of
+ * another context's time slice. */
+#define STEADY_EVERY 8    /* a steady signature is measured once in this many launches */
+#define ESTIMATE_OF 4     /* a steady estimate: the smallest of this many latest samples */
+#define CALM_SAMPLES 256  /* a variable signature becomes steady after this many agreeing */
+#define MEAN_WEIGHT 16
+#define USED_RESOLUTION_NS 1000000LL
+#define STEADY_MIN_GAP_NS 1000000LL  /* a steady signature is measured at most this often... */
+#define STEADY_MAX_GAP_NS 20000000LL /* ... and at least this often (a slow launcher's every) */
 
 struct vgpu_cost {
-    uint64_t key; /* 0: free */
-    int64_t estimate; /* ns; -1 until measured */
+    uint64_t key;          /* 0: free */
+    int64_t estimate;      /* ns; -1 until measured */
     int64_t samples[COST_SAMPLES];
     uint32_t count;
+    int variable;
+    uint32_t calm;         /* agreeing samples in a row since it last disagreed */
+    int64_t mean;          /* running mean of the samples (1/MEAN_WEIGHT per sample) */
+    uint32_t since_sample; /* launches since the last measured one */
+    int64_t sampled_ns;    /* when the last measured launch started */
+    int64_t used;          /* time of a recent lookup (to the millisecond): for eviction */
 };
 
 static struct vgpu_cost table[COST_SLOTS];
@@ -55,26 +79,64 @@ uint64_t vgpu_cost_key(const struct vgpu_launch *launch, int rec)
     return h ? h : 1;
 }
 
-struct vgpu_cost *vgpu_cost_of(uint64_t key)
+static void claim(struct vgpu_cost *e, uint64_t key, int64_t now)
+{
+    __atomic_store_n(&e->key, 0, __ATOMIC_RELEASE);
+    e->estimate = -1;
+    e->count = 0;
+    e->variable = 0;
+    e->calm = 0;
+    e->mean = 0;
+    e->since_sample = 0;
+    e->sampled_ns = 0;
+    e->used = now;
+    __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+}
+
+struct vgpu_cost *vgpu_cost_of(uint64_t key, int64_t now)
 {
     for (uint64_t i = 0; i < COST_PROBES; i++) {
         struct vgpu_cost *e = &table[(key + i) & (COST_SLOTS - 1)];
-        uint64_t k = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
-        if (k == 0) {
-            pthread_mutex_lock(&table_lock); /* two threads must not add one key twice */
-            k = e->key;
-            if (k == 0) {
-                e->estimate = -1;
-                e->count = 0;
-                __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
-                k = key;
-            }
-            pthread_mutex_unlock(&table_lock);
-        }
-        if (k == key)
+        if (__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == key) {
+            if (__atomic_load_n(&e->used, __ATOMIC_RELAXED) < now - USED_RESOLUTION_NS)
+                __atomic_store_n(&e->used, now, __ATOMIC_RELAXED); /* a write per ms, not per launch */
             return e;
+        }
     }
-    return NULL; /* full around here: such launches are always measured and corrected */
+    /* New, or evicted a while ago: a free slot near its hash, else the least recently used
+     * one there. A measurement in flight for an evicted signature lands on the new one: one
+     * sample of another kernel, which the debt settles like any wrong estimate. */
+    pthread_mutex_lock(&table_lock);
+    struct vgpu_cost *victim = NULL;
+    for (uint64_t i = 0; i < COST_PROBES; i++) {
+        struct vgpu_cost *e = &table[(key + i) & (COST_SLOTS - 1)];
+        if (e->key == key) { /* another thread added it meanwhile */
+            victim = e;
+            break;
+        }
+        if (!victim || (victim->key && (!e->key || e->used < victim->used)))
+            victim = e;
+    }
+    if (victim->key != key)
+        claim(victim, key, now);
+    pthread_mutex_unlock(&table_lock);
+    return victim;
+}
+
+int vgpu_cost_due(struct vgpu_cost *c, int64_t now)
+{
+    uint32_t n = __atomic_add_fetch(&c->since_sample, 1, __ATOMIC_RELAXED);
+    if (vgpu_cost_estimate(c) < 0 || vgpu_cost_variable(c) || c->count < COST_SAMPLES)
+        return 1;
+    int64_t gap = now - __atomic_load_n(&c->sampled_ns, __ATOMIC_RELAXED);
+    return gap >= STEADY_MAX_GAP_NS || (n >= STEADY_EVERY && gap >= STEADY_MIN_GAP_NS);
+}
+
+uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now)
+{
+    __atomic_store_n(&c->sampled_ns, now, __ATOMIC_RELAXED);
+    uint32_t n = __atomic_exchange_n(&c->since_sample, 0, __ATOMIC_RELAXED);
+    return n ? n : 1;
 }
 
 int64_t vgpu_cost_estimate(const struct vgpu_cost *c)
@@ -82,14 +144,32 @@ int64_t vgpu_cost_estimate(const struct vgpu_cost *c)
     return __atomic_load_n(&c->estimate, __ATOMIC_RELAXED);
 }
 
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
+int vgpu_cost_variable(const struct vgpu_cost *c)
+{
+    return __atomic_load_n(&c->variable, __ATOMIC_RELAXED);
+}
+
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t slack_ns)
 {
     pthread_mutex_lock(&table_lock);
     c->samples[c->count++ % COST_SAMPLES] = ns < 0 ? 0 : ns;
     uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
-    int64_t least = c->samples[0];
-    for (uint32_t i = 1; i < n; i++)
+    int64_t least = c->samples[0], most = c->samples[0], recent = ns;
+    for (uint32_t i = 0; i < n; i++) {
         least = c->samples[i] < least ? c->samples[i] : least;
-    __atomic_store_n(&c->estimate, least, __ATOMIC_RELAXED);
+        most = c->samples[i] > most ? c->samples[i] : most;
+    }
+    for (uint32_t i = 1; i < ESTIMATE_OF && i < n; i++) { /* follows a growing cost sooner */
+        int64_t v = c->samples[(c->count - 1 - i) % COST_SAMPLES];
+        recent = v < recent ? v : recent;
+    }
+    c->mean = c->count == 1 ? ns : c->mean + (ns - c->mean) / MEAN_WEIGHT;
+    /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
+     * pattern like 19 short launches and one long one must not look steady in between. */
+    if (n >= 2 && (double)most > STEADY_RATIO * (double)least + (double)slack_ns)
+        c->calm = 0, c->variable = 1;
+    else if (c->variable && ++c->calm >= CALM_SAMPLES)
+        c->variable = 0;
+    __atomic_store_n(&c->estimate, c->variable ? c->mean : recent, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&table_lock);
 }

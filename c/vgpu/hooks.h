@@ -153,10 +153,11 @@
     X(cuCtxGetDevice) X(cuDeviceGetUuid_v2) X(cuDeviceGetMemPool) X(cuMemPoolGetAttribute)      \
     X(cuCtxGetCurrent) X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz) X(cuEventCreate)      \
     X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventElapsedTime)                \
-    X(cuEventDestroy_v2) X(cuDeviceGetGraphMemAttribute)      \
+    X(cuEventDestroy_v2) X(cuDeviceGetGraphMemAttribute)                                       \
     X(cuCtxGetDevice_v2)
 #define VGPU_NVML_USES(X)                                                                      \
-    X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex) X(nvmlInit_v2) X(nvmlDeviceGetHandleByUUID)
+    X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex) X(nvmlInit_v2) X(nvmlDeviceGetHandleByUUID)     \
+    X(nvmlDeviceGetUtilizationRates)
 
 /* ---- generated declarations ---- */
 

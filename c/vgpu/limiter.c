@@ -1,20 +1,28 @@
 /* The compute limiter's launch path (limiter.h explains the pieces and the seam).
  *
- * admit, before the real launch:
+ * admit, before the real launch (never waits for a measurement):
  *   1. a launch that a capture records instead of running is not charged;
  *   2. the device record of the current context gives the limit (the shared file's: every
  *      process of the container uses the same one); no limit there, nothing to do;
- *   3. finished measurements of this thread are read back (never waiting);
- *   4. the launch's estimate is looked up; a signature never measured that this thread is
- *      measuring right now is settled first, so it is not launched over and over unpriced;
- *   5. wait until the container has credit (bucket.c), then charge the estimate (when
- *      unknown, the last duration measured in the process; its measurement corrects it);
- *   6. measure this launch if its cost is unknown, or if this thread's sampling is due (and
- *      its stream is not capturing).
+ *   3. finished measurements of this thread are read back (never waiting) and settled;
+ *   4. wait until the container has credit (bucket.c), then charge the signature's estimate
+ *      (a signature never measured: the last duration measured in the process);
+ *   5. measure the launch when costs.c says so (and its stream is not capturing).
  * done, after it: the end event, or the refund of a launch the driver refused.
  *
- * A measurement corrects the budget only for launches charged without an estimate; otherwise
- * it refines the estimate (costs.c), which prices the following launches.
+ * Settling a measurement: for a launch whose signature is unknown or variable (costs.c),
+ * what it really cost minus what it was charged is a debt (or a credit) charged to the
+ * budget at once, so the next launches repay it: the share holds whatever the relation
+ * between a kernel's signature and its cost. Such launches are all measured; when the ring
+ * of measurements was full, the next one also stands for those it skipped. A steady
+ * signature's sample only refines its estimate (the smallest recent sample): it agrees with
+ * it by definition, and a disagreeing one makes the signature variable, so its next launches
+ * are settled; charging steady samples' small excess would charge the host's launch latency
+ * that every event pair on an idle stream includes, not device time.
+ *
+ * Own time and others' time: an event pair includes any time slice the device gave another
+ * context while the kernel ran; contention.c takes out the slices the device's sharing
+ * implies before the sample is used at all.
  */
 #include "limiter.h"
 
@@ -33,24 +41,30 @@ void vgpu_limiter_init(const struct vgpu_config *cfg)
                  cfg->sm_limit[0]);
 }
 
-/* The limit of a record, 0 when it has none. */
+/* The limit of a record in effect now (priority may lower it), 0 when it has none. */
 static uint32_t limit_of(int rec)
 {
     uint32_t pct = __atomic_load_n(&vgpu_device_at(rec)->sm_limit, __ATOMIC_RELAXED);
-    return pct < 100 ? pct : 0;
+    return pct < 100 ? vgpu_priority_limit(pct) : 0;
 }
 
-/* A finished measurement: refine the estimate; settle a launch charged without one. */
-static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, int unknown,
+/* A finished measurement: refine the estimate and settle the debt (see the top). */
+static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32_t weight,
                      int64_t measured_ns)
 {
+    int64_t before = cost ? vgpu_cost_estimate(cost) : -1;
+    int steady = cost && before >= 0 && !vgpu_cost_variable(cost);
+    measured_ns = vgpu_own_time(measured_ns, before);
     if (cost)
-        vgpu_cost_sample(cost, measured_ns);
+        vgpu_cost_sample(cost, measured_ns, vgpu_contention_slack());
     __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);
+    if (steady)
+        return; /* its samples agree with its estimate (or this one makes it variable) */
+    int64_t debt = measured_ns - charged_ns +
+                   (int64_t)(weight - 1) * (measured_ns - (before < 0 ? charged_ns : before));
     uint32_t pct = limit_of(rec);
-    if (unknown && pct && measured_ns != charged_ns)
-        vgpu_bucket_charge(&vgpu_device_at(rec)->compute, measured_ns - charged_ns, pct,
-                           vgpu_now_ns(), 0);
+    if (pct && debt)
+        vgpu_bucket_charge(&vgpu_device_at(rec)->compute, debt, pct, vgpu_now_ns(), 0);
 }
 
 CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket *t)
@@ -64,22 +78,22 @@ CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket
     uint32_t pct = rec >= 0 ? limit_of(rec) : 0;
     if (!pct)
         return CUDA_SUCCESS; /* unlimited, or no context: the driver will say so */
-    if (!capturing)
-        vgpu_measure_drain(measured);
-    struct vgpu_cost *cost = vgpu_cost_of(vgpu_cost_key(launch, rec));
-    int64_t estimate = cost ? vgpu_cost_estimate(cost) : -1;
-    if (estimate < 0 && cost && !capturing && vgpu_measure_settle(cost, measured))
-        estimate = vgpu_cost_estimate(cost);
+    int64_t now = vgpu_now_ns();
+    if (!capturing) {
+        vgpu_contention_refresh(rec, now);
+        vgpu_measure_drain(measured, now);
+    }
+    struct vgpu_cost *cost = vgpu_cost_of(vgpu_cost_key(launch, rec), now);
+    int64_t estimate = vgpu_cost_estimate(cost);
+    int due = vgpu_cost_due(cost, now);
     struct vgpu_compute *budget = &vgpu_device_at(rec)->compute;
-    int64_t now = vgpu_bucket_wait(budget, vgpu_now_ns());
-    int unknown = estimate < 0;
+    now = vgpu_bucket_wait(budget, now);
     t->rec = rec;
-    t->charged_ns = unknown ? __atomic_load_n(&typical_ns, __ATOMIC_RELAXED) : estimate;
+    t->charged_ns = estimate >= 0 ? estimate : __atomic_load_n(&typical_ns, __ATOMIC_RELAXED);
     vgpu_bucket_charge(budget, t->charged_ns, pct, now, 1);
     /* A capture begun through an entry point the shim does not hook is still never timed. */
-    if (!capturing && (unknown || vgpu_measure_due(now)) &&
-        !vgpu_stream_captures(launch->stream, launch->per_thread))
-        t->sample = vgpu_measure_begin(launch, cost, rec, t->charged_ns, unknown, measured);
+    if (!capturing && due && !vgpu_stream_captures(launch->stream, launch->per_thread))
+        t->sample = vgpu_measure_begin(launch, cost, rec, t->charged_ns);
     return CUDA_SUCCESS;
 }
 

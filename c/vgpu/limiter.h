@@ -9,18 +9,21 @@
  *              wall time, updated with compare-and-swap only (no lock a killed process could
  *              hold; a dead process's charges simply expire as time passes). Also the
  *              figures hami-smi shows (achieved share per window, wake-ups).
- *   costs.c    what a launch costs: per kernel signature (function, grid, block, device) or
- *              per graph exec, the smallest of its last few measured durations (contention
- *              can only make a measurement longer, never shorter).
+ *   costs.c    what a launch is charged before it runs: per kernel signature (function,
+ *              grid, block, device) or graph exec, steady (the smallest recent sample) or
+ *              variable (the mean; every launch measured and settled as a debt); evicting.
+ *   contention.c  own time versus the time slices the device gave other contexts, and the
+ *              priority rule (CUDA_TASK_PRIORITY) between containers sharing a device.
  *   measure.c  measuring: timing events recorded around sampled launches on the launch's
  *              own stream, read back later without waiting (per thread, no helper thread).
  *   cu_capture.c  stream capture: captured launches do not run, so they are not charged, and
  *              no event is touched while any capture is active in the process.
  *   limiter.c  the launch path: admit (wait for budget, charge the estimate, maybe start a
- *              measurement) before the real launch, done (finish the measurement) after it.
+ *              measurement) before the real launch, done (finish the measurement) after it;
+ *              settling finished measurements (debts).
  *
  * Nothing maps container PIDs to host PIDs: the limiter measures the container's own device
- * time from inside the container.
+ * time from inside the container (NVML only for PID-free device figures, contention.c).
  *
  * The seam (cu_launch.c): every launch hook (cuLaunchKernel, cuLaunchKernelEx,
  * cuLaunchCooperativeKernel, cuGraphLaunch and their _ptsz variants, whichever route the
@@ -90,32 +93,46 @@ void vgpu_bucket_charge(struct vgpu_compute *c, int64_t device_ns, uint32_t pct,
                         int launches);
 
 /* ---- costs.c: estimates per signature ---- */
+#define COST_SAMPLES 8
 /* The signature of a launch on a device record. */
 uint64_t vgpu_cost_key(const struct vgpu_launch *launch, int rec);
-/* The entry of a signature (added when new); NULL when the table is full. */
-struct vgpu_cost *vgpu_cost_of(uint64_t key);
+/* The entry of a signature (added when new, evicting the least recently used nearby). */
+struct vgpu_cost *vgpu_cost_of(uint64_t key, int64_t now);
 /* The estimate in ns, or -1 while the signature was never measured. */
 int64_t vgpu_cost_estimate(const struct vgpu_cost *c);
-/* Adds a measured duration; the estimate becomes the smallest of the recent ones. */
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
+/* Whether the signature's samples disagree (then every launch is measured). */
+int vgpu_cost_variable(const struct vgpu_cost *c);
+/* Counts a launch; whether it should be measured (unknown, variable, or its turn). */
+int vgpu_cost_due(struct vgpu_cost *c, int64_t now);
+/* The launches a measurement starting now stands for (since the last one), and resets it. */
+uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now);
+/* Adds a measured duration (its own time); updates the estimate and the kind. */
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t slack_ns);
 
 /* ---- measure.c: timing events, per thread ---- */
-/* Called for each finished measurement: what was charged and what the events measured. */
+/* Called for each finished measurement: what was charged, how many launches of the signature
+ * it stands for (itself and those not measured since the previous one), what it measured. */
 typedef void (*vgpu_measured_fn)(struct vgpu_cost *cost, int rec, int64_t charged_ns,
-                                 int unknown, int64_t measured_ns);
-/* Reads back finished measurements of this thread without waiting (at most a few). */
-void vgpu_measure_drain(vgpu_measured_fn done);
-/* Waits for this thread's measurement of `cost` if one is in flight (then drains); 1 if it
- * waited. Used so that a never-measured kernel is not launched many times unpriced. */
-int vgpu_measure_settle(const struct vgpu_cost *cost, vgpu_measured_fn done);
-/* Whether this thread should sample a launch whose cost is known (time-based). */
-int vgpu_measure_due(int64_t now);
+                                 uint32_t weight, int64_t measured_ns);
+/* Reads back finished measurements of this thread without waiting. */
+void vgpu_measure_drain(vgpu_measured_fn done, int64_t now);
 /* Records the start event on the launch's stream; NULL when no measurement can start. */
 struct vgpu_sample *vgpu_measure_begin(const struct vgpu_launch *launch, struct vgpu_cost *cost,
-                                       int rec, int64_t charged_ns, int unknown,
-                                       vgpu_measured_fn done);
+                                       int rec, int64_t charged_ns);
 /* Records the end event after a successful launch, or abandons the measurement. */
 void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, int launched);
+
+/* ---- contention.c: own time versus others' time slices ---- */
+/* Refreshes (at most every 100 ms) how many other contexts share the device of `rec`. */
+void vgpu_contention_refresh(int rec, int64_t now);
+/* How far apart a steady signature's samples may be: 100 us of host jitter alone; on a shared
+ * device also the k slices others may take (partial ones cannot be taken out). */
+int64_t vgpu_contention_slack(void);
+/* The limit in effect: `pct`, or less for a lower-priority container on a saturated device. */
+uint32_t vgpu_priority_limit(uint32_t pct);
+/* A measured event-pair time without the other contexts' time slices it contains, given
+ * what the launch was expected to cost (-1: unknown). */
+int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns);
 
 /* ---- cu_capture.c: stream capture ---- */
 /* Non-zero while some stream of this process may be capturing. */

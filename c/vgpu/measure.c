@@ -1,16 +1,15 @@
 /* Measuring launches with timing events, on the launch's own stream, per thread.
  *
- * A measured launch is bracketed by two events recorded on its stream; they complete when the
- * device reaches them, so their difference is the device time of the launch (plus whatever
- * else held the device between them, which costs.c's minimum filters out). Results are read
- * back later without waiting (cuEventQuery on the oldest measurement at each launch), so the
- * application never waits for them, except in two bounded cases: a signature never measured
- * yet is settled before it is launched again unpriced (measure_settle), and a thread with
- * RING measurements in flight that must measure waits for its oldest.
+ * A measured launch is bracketed by two events recorded on its stream; the device stamps them
+ * when it reaches them, so their difference is the launch's device time (plus any time slice
+ * the device gave another context in between, see limiter.c). Results are read back later
+ * without ever waiting (cuEventQuery on the oldest measurements, at most every DRAIN_EVERY_NS): no launch waits for an earlier launch's measurement. When
+ * RING measurements are in flight a launch is not measured; its signature's next measurement
+ * stands for it (costs.c counts the launches in between).
  *
- * Which launches: every launch whose cost is unknown, and otherwise at most one launch per
- * SAMPLE_EVERY_NS per thread (so sampling costs little however fast the application launches).
- * Each thread has its own ring of events (created in the thread's current context, recreated
+ * Which launches: costs.c decides (unknown and variable signatures: every launch; steady
+ * ones: one in STEADY_EVERY). Each thread has its own ring of events (created in the thread's
+ * current context with CU_EVENT_BLOCKING_SYNC, so that nothing can spin on them; recreated
  * when the context changes, destroyed when the thread exits): no locks, no helper thread.
  */
 #include <pthread.h>
@@ -18,8 +17,8 @@
 
 #include "limiter.h"
 
-#define RING 16
-#define SAMPLE_EVERY_NS 5000000LL
+#define RING 256 /* a variable signature is measured at every launch, pipelined or not */
+#define DRAIN_EVERY_NS 200000LL
 
 enum { SAMPLE_FREE, SAMPLE_STARTED, SAMPLE_RECORDED, SAMPLE_CONSUMED };
 
@@ -27,14 +26,15 @@ struct vgpu_sample {
     CUevent start, end;
     CUcontext ctx; /* the context the events belong to */
     struct vgpu_cost *cost;
-    int rec, unknown, state;
+    int rec, state;
+    uint32_t weight;
     int64_t charged_ns;
 };
 
 struct ring {
     struct vgpu_sample s[RING];
     unsigned head, count; /* oldest first */
-    int64_t next_due_ns;
+    int64_t next_drain_ns;
 };
 
 static __thread struct ring *mine;
@@ -89,7 +89,7 @@ static void report(struct vgpu_sample *s, vgpu_measured_fn done)
 {
     float ms = 0;
     if (CALL_CU(cuEventElapsedTime, &ms, s->start, s->end) == CUDA_SUCCESS && ms >= 0)
-        done(s->cost, s->rec, s->charged_ns, s->unknown, (int64_t)((double)ms * 1e6 + 0.5));
+        done(s->cost, s->rec, s->charged_ns, s->weight, (int64_t)((double)ms * 1e6 + 0.5));
     s->state = SAMPLE_CONSUMED;
 }
 
@@ -100,10 +100,15 @@ static void pop(struct ring *r)
     r->count--;
 }
 
-void vgpu_measure_drain(vgpu_measured_fn done)
+void vgpu_measure_drain(vgpu_measured_fn done, int64_t now)
 {
     struct ring *r = mine;
-    for (int k = 0; r && r->count && k < 4; k++) {
+    if (!r || !r->count || now < r->next_drain_ns)
+        return;
+    /* Settling can wait a little: at most one look per DRAIN_EVERY_NS keeps the queries off
+     * the path of programs that launch every microsecond. */
+    r->next_drain_ns = now + DRAIN_EVERY_NS;
+    for (int k = 0; r->count && k < 16; k++) {
         struct vgpu_sample *s = &r->s[r->head];
         if (s->state == SAMPLE_RECORDED) {
             CUresult q = CALL_CU(cuEventQuery, s->end);
@@ -116,35 +121,6 @@ void vgpu_measure_drain(vgpu_measured_fn done)
     }
 }
 
-/* Waits for one recorded measurement and reports it (out of order if need be). */
-static void settle(struct vgpu_sample *s, vgpu_measured_fn done)
-{
-    if (CALL_CU(cuEventSynchronize, s->end) == CUDA_SUCCESS)
-        report(s, done);
-    else
-        s->state = SAMPLE_CONSUMED;
-}
-
-int vgpu_measure_settle(const struct vgpu_cost *cost, vgpu_measured_fn done)
-{
-    struct ring *r = mine;
-    for (unsigned k = 0; r && k < r->count; k++) {
-        struct vgpu_sample *s = &r->s[(r->head + k) % RING];
-        if (s->state == SAMPLE_RECORDED && s->cost == cost) {
-            settle(s, done);
-            vgpu_measure_drain(done);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-int vgpu_measure_due(int64_t now)
-{
-    struct ring *r = mine;
-    return !r || now >= r->next_due_ns;
-}
-
 /* The sample's events, (re)created in the current context when needed. */
 static int ready_events(struct vgpu_sample *s)
 {
@@ -155,8 +131,8 @@ static int ready_events(struct vgpu_sample *s)
         return 0;
     destroy_events(s);
     s->ctx = ctx;
-    if (CALL_CU(cuEventCreate, &s->start, 0) != CUDA_SUCCESS ||
-        CALL_CU(cuEventCreate, &s->end, 0) != CUDA_SUCCESS) {
+    if (CALL_CU(cuEventCreate, &s->start, CU_EVENT_BLOCKING_SYNC) != CUDA_SUCCESS ||
+        CALL_CU(cuEventCreate, &s->end, CU_EVENT_BLOCKING_SYNC) != CUDA_SUCCESS) {
         destroy_events(s);
         return -1;
     }
@@ -164,30 +140,20 @@ static int ready_events(struct vgpu_sample *s)
 }
 
 struct vgpu_sample *vgpu_measure_begin(const struct vgpu_launch *launch, struct vgpu_cost *cost,
-                                       int rec, int64_t charged_ns, int unknown,
-                                       vgpu_measured_fn done)
+                                       int rec, int64_t charged_ns)
 {
     struct ring *r = ring();
-    if (!r)
-        return NULL;
-    if (r->count == RING && unknown) { /* must measure: make room */
-        struct vgpu_sample *oldest = &r->s[r->head];
-        if (oldest->state == SAMPLE_RECORDED)
-            settle(oldest, done);
-        vgpu_measure_drain(done);
-    }
-    if (r->count == RING)
+    if (!r || r->count == RING)
         return NULL;
     struct vgpu_sample *s = &r->s[(r->head + r->count) % RING];
     if (ready_events(s) < 0 || record(s->start, launch) != CUDA_SUCCESS)
         return NULL;
     s->cost = cost;
     s->rec = rec;
-    s->unknown = unknown;
+    s->weight = cost ? vgpu_cost_take_weight(cost, vgpu_now_ns()) : 1;
     s->charged_ns = charged_ns;
     s->state = SAMPLE_STARTED;
     r->count++;
-    r->next_due_ns = vgpu_now_ns() + SAMPLE_EVERY_NS;
     return s;
 }
 

@@ -14,7 +14,8 @@ from typing import Any, Callable, List, Mapping, Optional
 from hami_sim.gpu.env import SimGpuError, lib_dir
 from hami_sim.gpu.timeline import BusyRecorder
 
-MODES = ("batch", "long", "sync", "graph", "routes", "threads")
+MODES = ("batch", "long", "sync", "graph", "routes", "threads", "mixed", "grow", "persistent",
+         "shapes", "tiny")
 
 
 def worker_path() -> Path:
@@ -106,7 +107,7 @@ def run_round(tenants: List[Tenant], state_dir: Path, settle: float, window: flo
         start_all(workers)
         t0 = time.monotonic_ns()
         recorder = BusyRecorder(state_dir, sorted({t.device for t in tenants}))
-        recorder.run_in_background()
+        recorder.run_in_background(0.02)  # 20 us kernel loops log ~25,000 intervals a second
         try:
             time.sleep(settle)
             edges.append(at_edges() if at_edges else None)

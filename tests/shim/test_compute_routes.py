@@ -50,7 +50,14 @@ t3 = time.perf_counter()
 for _ in range(3):
     ok(cu.cuGraphLaunch(exe, stream))
 ok(cu.cuStreamSynchronize(stream))
-say(capture_s=captured, after_s=after, graphs_s=time.perf_counter() - t3)
+graphs = time.perf_counter() - t3
+# No launch waits for an earlier launch's measurement: replays launched before the first
+# one was measured go on an estimate, and what they really cost is a debt the next launch
+# repays.
+t4 = time.perf_counter()
+spin(1_000_000)
+ok(cu.cuStreamSynchronize(stream))
+say(capture_s=captured, after_s=after, graphs_s=graphs, debt_s=time.perf_counter() - t4)
 '''
 
 
@@ -63,8 +70,8 @@ def test_hami_run_gpu_cores_limits_cuda_python_and_captures_are_free(shim):
     assert 27.5 <= share <= 32.5, share
     assert graphs["capture_s"] < 0.2, graphs
     # Three replays of 200 ms of work at 30 %: at least about 0.6 s / 0.3 of wall time,
-    # less the bucket's burst (30 ms) and the first replay's (measured, charged after).
-    assert graphs["graphs_s"] >= 1.2, graphs
+    # less the bucket's burst (30 ms) and the first replay's, before or after them.
+    assert graphs["graphs_s"] + graphs["debt_s"] >= 1.2, graphs
     assert graphs["after_s"] >= 0.3, graphs  # 120 ms of work at 30 %, less the burst
 
 

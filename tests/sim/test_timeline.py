@@ -100,11 +100,13 @@ def test_captured_graph_replays_its_kernels(sim):
 
 
 def test_two_half_busy_processes_show_50_percent_each_and_100_for_the_device(sim):
+    # Blocking-sync contexts: spinning waits would keep both cores of a small machine busy.
     worker = '''
-        ctx = context(0)
+        ok(cu.cuInit(0))
+        ctx = ok(cu.cuCtxCreate(None, 4, ok(cu.cuDeviceGet(0))))  # CU_CTX_SCHED_BLOCKING_SYNC
         f, stream = spin_function(), ok(cu.cuStreamCreate(0))
         say(ready=True)
-        end = time.monotonic() + 1.6
+        end = time.monotonic() + 3.0  # outlives the NVML reader on a loaded machine
         while time.monotonic() < end:        # always one 10 ms kernel queued or running
             spin(f, 10_000_000, stream)
             ok(cu.cuStreamSynchronize(stream))

@@ -1,0 +1,143 @@
+/* Separating a kernel's own time from time the device gave to others.
+ *
+ * Without MPS a GPU time-slices between contexts: while a kernel of ours waits for its turn,
+ * another context (another container, or another process of ours) runs for a time slice,
+ * and the events around our kernel count that slice as ours. Nothing in the event pair says
+ * so, but two PID-free facts do: NVML's count of contexts on the device says how many others
+ * may be waiting for a turn (k; none when ours is the only context), and the device's
+ * utilization above this process's own charged share says whether they use it at all. A kernel's own time is then what is left after taking out
+ * whole rounds of the others' slices, k slices per round of (k + 1):
+ *
+ *     own = measured - k * slice * round(measured / ((k + 1) * slice))
+ *
+ * which halves a long kernel sharing the device with one saturating neighbour. A sample
+ * shorter than one round is a kernel that straddled a switch or not: the others' slices
+ * taken out are the whole slices (0 to k) that best explain its excess over its expected
+ * cost, so that a short kernel that did not straddle stays whole. The others' slices are
+ * often partial (a neighbour that runs out of work hands the device back early) and then
+ * stay in the sample: a steady signature's estimate, the smallest of its recent samples,
+ * filters them, and on a shared device its samples may differ by k slices and still count
+ * as agreeing (vgpu_contention_slack), so that such samples do not make it variable. The slice is the driver's (`nvidia-smi compute-policy
+ * --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
+ *
+ * Priority (CUDA_TASK_PRIORITY, HAMi's: 0 is the highest and the default). When containers
+ * of different priorities share a GPU and together want more than it has, the device's time
+ * slices would split it evenly between them whatever their limits. The rule: a container
+ * with a lower priority (a number above 0) takes only what the others leave it, less
+ * HEADROOM points, within its own limit:
+ *
+ *     effective limit = min(limit, max(FLOOR, 100 - others' use - HEADROOM))   if saturated
+ *     effective limit = min(limit, own use + idle device)                       if not
+ *
+ * where others' use is the device's utilization minus this container's own share (NVML, no
+ * PIDs). The headroom lets a higher-priority container that wants more show it (its use
+ * grows into the room), and the second line gives the lower one back what is left idle: so
+ * the higher one gets device time first, up to its limit, and the lower one at least what
+ * the higher leaves, less up to HEADROOM. Containers of equal priority share as before.
+ *
+ * The NVML figures are refreshed at most every REFRESH_NS per process, from the launch path.
+ */
+#include <stdlib.h>
+
+#include "limiter.h"
+
+#define REFRESH_NS 100000000LL
+#define DEFAULT_SLICE_NS 2000000LL
+#define ALONE_PPM 20000 /* utilization within 2 points of our own share: nobody else */
+#define HEADROOM_PPM 50000  /* 5 points */
+#define JITTER_NS 100000LL  /* host jitter in an event pair on an idle stream */
+#define FLOOR_PPM 10000     /* a lower-priority container never stops entirely: 1 point */
+#define SATURATED_PPM 970000
+
+static int others;          /* k, as of the last refresh */
+static int64_t refreshed_ns;
+static uint32_t yield_ppm;           /* priority: the share allowed now (0: no cap) */
+static int64_t slice_ns;
+
+static int64_t timeslice(void)
+{
+    if (!slice_ns) {
+        const char *us = getenv("VGPU_TIMESLICE_US");
+        long v = us ? atol(us) : 0;
+        slice_ns = v > 0 ? v * 1000LL : DEFAULT_SLICE_NS;
+    }
+    return slice_ns;
+}
+
+/* A lower-priority container's allowed share given the device's utilization (see the top). */
+static uint32_t allowed(int rec, uint32_t util_ppm)
+{
+    if (vgpu_config()->priority <= 0)
+        return 0;
+    int64_t mine = __atomic_load_n(&vgpu_device_at(rec)->compute.figures.share_ppm,
+                                   __ATOMIC_RELAXED);
+    int64_t others = (int64_t)util_ppm - mine, room;
+    if (util_ppm >= SATURATED_PPM)
+        room = 1000000 - (others > 0 ? others : 0) - HEADROOM_PPM;
+    else
+        room = mine + 1000000 - util_ppm;
+    return (uint32_t)(room < FLOOR_PPM ? FLOOR_PPM : room);
+}
+
+/* Contexts on the device besides this one while it is shared; 0 when we are alone. */
+static int count_others(int rec)
+{
+    static int initialised;
+    nvmlDevice_t dev;
+    nvmlUtilization_t util;
+    unsigned int n = 0;
+    if (!initialised)
+        initialised = vgpu_nvml_ready() == NVML_SUCCESS &&
+                      CALL_NVML(nvmlInit_v2) == NVML_SUCCESS ? 1 : -1;
+    if (initialised < 0 ||
+        CALL_NVML(nvmlDeviceGetHandleByUUID, vgpu_device_at(rec)->uuid, &dev) != NVML_SUCCESS ||
+        CALL_NVML(nvmlDeviceGetUtilizationRates, dev, &util) != NVML_SUCCESS)
+        return 0;
+    __atomic_store_n(&yield_ppm, allowed(rec, util.gpu * 10000), __ATOMIC_RELAXED);
+    nvmlReturn_t rc = CALL_NVML(nvmlDeviceGetComputeRunningProcesses_v3, dev, &n, NULL);
+    if (rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE)
+        return 0;
+    uint32_t mine = __atomic_load_n(&vgpu_my_figures()->share_ppm, __ATOMIC_RELAXED);
+    if (n <= 1 || (int64_t)util.gpu * 10000 <= (int64_t)mine + ALONE_PPM)
+        return 0;
+    return (int)n - 1;
+}
+
+void vgpu_contention_refresh(int rec, int64_t now)
+{
+    if (now - refreshed_ns < REFRESH_NS)
+        return;
+    refreshed_ns = now;
+    __atomic_store_n(&others, count_others(rec), __ATOMIC_RELAXED);
+}
+
+int64_t vgpu_contention_slack(void)
+{
+    int k = __atomic_load_n(&others, __ATOMIC_RELAXED);
+    return JITTER_NS + (k > 0 ? k * timeslice() + timeslice() / 4 : 0);
+}
+
+uint32_t vgpu_priority_limit(uint32_t pct)
+{
+    uint32_t cap = __atomic_load_n(&yield_ppm, __ATOMIC_RELAXED);
+    if (!cap || cap >= pct * 10000u)
+        return pct;
+    return cap / 10000 ? cap / 10000 : 1;
+}
+
+int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns)
+{
+    int k = __atomic_load_n(&others, __ATOMIC_RELAXED);
+    if (k <= 0)
+        return measured_ns;
+    int64_t slice = timeslice(), slices;
+    if (expected_ns >= 0 && measured_ns < (k + 1) * slice) {
+        /* Shorter than one round: 0 to k others' slices, as many as explain the excess. */
+        slices = (int64_t)((double)(measured_ns - expected_ns) / (double)slice + 0.5);
+        slices = slices < 0 ? 0 : slices > k ? k : slices;
+    } else {
+        slices = k * (int64_t)((double)measured_ns / (double)((k + 1) * slice) + 0.5);
+    }
+    int64_t own = measured_ns - slices * slice;
+    return own > 0 ? own : 0;
+}

@@ -1,0 +1,133 @@
+"""Real-GPU twins of issue 18's simulated cases (tests/shim/test_compute_truth.py), short:
+kernels whose cost is not what their signature suggests, a 20 us kernel + sync loop, thousands
+of shapes, a 10/90 split with each container's charged time against its kernels' isolated
+time, and what timing events cost on the device. Each test records its figures with
+record_property (tests/gpu/run.sh collects them).
+
+Children run PyTorch with libvgpu.so preloaded; each prints one JSON line. Only the standard
+library and pytest here (conftest.py skips the folder without a real GPU).
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_compute_pytorch import container  # noqa: F401 (the fixture: shim, file, limit)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHILD = r'''
+import ctypes, json, os, sys, time, torch
+mode, seconds = sys.argv[1], float(sys.argv[2])
+torch.cuda.init()
+x = torch.ones(1, device="cuda")
+
+def cycles_for(us):
+    """torch.cuda._sleep cycles that take about `us` microseconds on this GPU."""
+    torch.cuda._sleep(1000); torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); torch.cuda._sleep(1_000_000); e.record(); e.synchronize()
+    return max(1, int(1_000_000 * us / (s.elapsed_time(e) * 1000)))
+
+out = {}
+if mode in ("mixed", "busy"):          # 19 x ~20 us and 1 x ~5 ms, same kernel and grid
+    short, long_ = cycles_for(20), cycles_for(5000)
+    pattern = [short] * 19 + [long_] if mode == "mixed" else [long_]
+    busy_us = sum(20 if c == short else 5000 for c in pattern)
+    n, end = 0, time.monotonic() + seconds
+    t0 = time.monotonic()
+    while time.monotonic() < end:
+        for c in pattern:
+            torch.cuda._sleep(c)
+        torch.cuda.synchronize()
+        n += 1
+    out["share"] = n * busy_us / 1e6 / (time.monotonic() - t0)
+elif mode == "syncloop":               # a ~20 us kernel, then synchronize, again and again
+    c = cycles_for(20)
+    n, t0 = 0, time.monotonic()
+    while time.monotonic() < t0 + seconds:
+        torch.cuda._sleep(c); torch.cuda.synchronize(); n += 1
+    out["share"] = n * 20e-6 / (time.monotonic() - t0)
+elif mode == "shapes":                 # 6,000 distinct torch.add shapes
+    ts = [torch.ones(1 + i, device="cuda") for i in range(6000)]
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for t in ts:
+        torch.add(t, 1)
+    torch.cuda.synchronize()
+    out["us_per_launch"] = (time.perf_counter() - t0) / len(ts) * 1e6
+elif mode == "events":                 # cuEventRecord / cuEventQuery through the driver
+    cu = ctypes.CDLL("libcuda.so.1")
+    ev = ctypes.c_void_p()
+    assert cu.cuEventCreate(ctypes.byref(ev), 2) == 0
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        cu.cuEventRecord(ev, None)
+    t1 = time.perf_counter()
+    for _ in range(n):
+        cu.cuEventQuery(ev)
+    t2 = time.perf_counter()
+    out.update(record_ns=(t1 - t0) / n * 1e9, query_ns=(t2 - t1) / n * 1e9)
+print(json.dumps(out), flush=True)
+'''
+
+
+def run(envs, mode, seconds=4.0):
+    """One child per environment, started together; their JSON results."""
+    pytest.importorskip("torch")
+    kids = [subprocess.Popen([sys.executable, "-c", CHILD, mode, str(seconds)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for env in envs]
+    outs = [k.communicate(timeout=180) for k in kids]
+    for k, (_, err) in zip(kids, outs):
+        assert k.returncode == 0, err[-3000:]
+    return [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+
+
+def test_mixed_20us_and_5ms_kernels_at_30_percent(container, record_property):
+    (got,) = run([container("mixed", 30)], "mixed")
+    record_property("mixed_share_pct", round(100 * got["share"], 2))
+    assert 25 <= 100 * got["share"] <= 35, got
+
+
+def test_20us_kernel_and_sync_loop_at_50_percent(container, record_property):
+    free, limited = run([container("free")], "syncloop")[0], \
+        run([container("limited", 50)], "syncloop")[0]
+    record_property("syncloop_share_free_pct", round(100 * free["share"], 2))
+    record_property("syncloop_share_limited_pct", round(100 * limited["share"], 2))
+    assert 100 * limited["share"] <= 55, limited
+    assert limited["share"] >= min(free["share"], 0.5) * 0.8, (free, limited)
+
+
+def test_6000_shapes_at_limit_99_cost_at_most_1_5x(container, real_gpu_env, record_property):
+    (bare,) = run([real_gpu_env], "shapes")
+    (shim,) = run([container("shapes", 99)], "shapes")
+    ratio = shim["us_per_launch"] / bare["us_per_launch"]
+    record_property("shapes_us_per_launch_bare", round(bare["us_per_launch"], 2))
+    record_property("shapes_us_per_launch_shim", round(shim["us_per_launch"], 2))
+    assert ratio <= 1.5, (bare, shim)
+
+
+def test_ten_ninety_split_charged_against_isolated_time(container, tmp_path, record_property):
+    """Both saturate with ~5 ms kernels; each one's share from its own kernels' isolated
+    durations, against the share the limiter charged it over its last window."""
+    sys.path.insert(0, str(ROOT))
+    from hami_node.shim import read_usage  # the project's reader of the shared file
+    low, high = run([container("low", 10), container("high", 90)], "busy", seconds=6.0)
+    charged = [read_usage(tmp_path / f"{n}.cache").devices[0].sm_share for n in ("low", "high")]
+    record_property("split_share_low_pct", round(100 * low["share"], 2))
+    record_property("split_share_high_pct", round(100 * high["share"], 2))
+    record_property("split_charged_pct", [round(c, 2) for c in charged])
+    assert 9 * 0.9 <= high["share"] / low["share"] <= 9 * 1.1, (low, high)
+    for got, pct in zip((low, high), charged):
+        assert abs(pct - 100 * got["share"]) <= 0.1 * 100 * got["share"] + 1, (got, pct)
+
+
+def test_event_record_and_query_cost_on_the_device(real_gpu_env, record_property):
+    (got,) = run([real_gpu_env], "events")
+    record_property("event_record_ns", round(got["record_ns"]))
+    record_property("event_query_ns", round(got["query_ns"]))
+    assert got["record_ns"] < 20000 and got["query_ns"] < 20000, got

@@ -34,7 +34,7 @@ struct CUmemPoolHandle_st {
 struct pending_free {
     struct CUmemPoolHandle_st *pool;
     uint64_t size;
-    int64_t ready_ns;
+    struct CUevent_st reached; /* recorded on the stream at the free (the shared timeline) */
 };
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -78,9 +78,8 @@ static void give_back_locked(struct CUmemPoolHandle_st *p, uint64_t size)
 /* Settles the frees their streams have reached. */
 static void settle_frees_locked(void)
 {
-    int64_t now = sim_now_ns();
     for (int i = 0; i < pending_count;) {
-        if (pending[i].ready_ns <= now) {
+        if (sim_tl_event_done(&pending[i].reached, 1)) {
             give_back_locked(pending[i].pool, pending[i].size);
             pending[i] = pending[--pending_count];
         } else {
@@ -168,7 +167,7 @@ void sim_pool_release(const struct sim_alloc *a)
 }
 
 /* A stream-ordered free: the address goes now, the memory when the stream gets there. */
-static int pool_free_ptr(CUdeviceptr ptr, const struct CUstream_st *s)
+static int pool_free_ptr(CUdeviceptr ptr, struct CUstream_st *s)
 {
     struct sim_alloc a;
     if (sim_alloc_take((uintptr_t)ptr, &a) < 0)
@@ -180,10 +179,11 @@ static int pool_free_ptr(CUdeviceptr ptr, const struct CUstream_st *s)
     munmap((void *)a.base, a.size);
     if (a.kind == ALLOC_GRAPH) /* graph memory: the graph pool keeps it */
         return 1;
-    int64_t tail = s == &s->ctx->null_stream ? s->ctx->tail_ns : s->tail_ns;
+    struct CUevent_st reached = {0};
+    int queued = !s->capture && sim_tl_record(s, &reached) == CUDA_SUCCESS;
     pthread_mutex_lock(&pool_lock);
-    if (pending_count < MAX_PENDING && !s->capture)
-        pending[pending_count++] = (struct pending_free){a.owner, a.size, tail};
+    if (pending_count < MAX_PENDING && queued)
+        pending[pending_count++] = (struct pending_free){a.owner, a.size, reached};
     else /* no room to wait (or freed into a graph): settled now */
         give_back_locked(a.owner, a.size);
     pthread_mutex_unlock(&pool_lock);

@@ -50,6 +50,7 @@
 #define SATURATED_PPM 970000
 
 static int others;          /* k, as of the last refresh */
+static int sharing;         /* other contexts on the device, busy or not */
 static int64_t refreshed_ns;
 static uint32_t yield_ppm;           /* priority: the share allowed now (0: no cap) */
 static int64_t slice_ns;
@@ -97,6 +98,7 @@ static int count_others(int rec)
     nvmlReturn_t rc = CALL_NVML(nvmlDeviceGetComputeRunningProcesses_v3, dev, &n, NULL);
     if (rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE)
         return 0;
+    __atomic_store_n(&sharing, n > 1 ? (int)n - 1 : 0, __ATOMIC_RELAXED);
     uint32_t mine = __atomic_load_n(&vgpu_my_figures()->share_ppm, __ATOMIC_RELAXED);
     if (n <= 1 || (int64_t)util.gpu * 10000 <= (int64_t)mine + ALONE_PPM)
         return 0;
@@ -111,10 +113,15 @@ void vgpu_contention_refresh(int rec, int64_t now)
     __atomic_store_n(&others, count_others(rec), __ATOMIC_RELAXED);
 }
 
-int64_t vgpu_contention_slack(void)
+int vgpu_contention_explains(int64_t excess_ns)
 {
-    int k = __atomic_load_n(&others, __ATOMIC_RELAXED);
-    return JITTER_NS + (k > 0 ? k * timeslice() + timeslice() / 4 : 0);
+    if (excess_ns <= JITTER_NS)
+        return 1;
+    /* Whole time slices of other contexts, give or take an eighth: others' turns, not a
+     * cost (a neighbour that has not shown in the utilization yet counts as well). */
+    int64_t slice = timeslice(), rest = excess_ns % slice;
+    return __atomic_load_n(&sharing, __ATOMIC_RELAXED) > 0 &&
+           (rest <= slice / 8 + JITTER_NS || rest >= slice - slice / 8);
 }
 
 uint32_t vgpu_priority_limit(uint32_t pct)

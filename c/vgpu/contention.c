@@ -5,20 +5,20 @@
  * and the events around our kernel count that slice as ours. Nothing in the event pair says
  * so, but two PID-free facts do: NVML's count of contexts on the device says how many others
  * may be waiting for a turn (k; none when ours is the only context), and the device's
- * utilization above this process's own charged share says whether they use it at all. A kernel's own time is then what is left after taking out
- * whole rounds of the others' slices, k slices per round of (k + 1):
+ * utilization above this process's own charged share says whether they use it at all.
+ *
+ * A variable signature's sample (limiter.c settles those one by one) loses whole rounds of
+ * the others' slices, k slices per round of (k + 1):
  *
  *     own = measured - k * slice * round(measured / ((k + 1) * slice))
  *
- * which halves a long kernel sharing the device with one saturating neighbour. A sample
- * shorter than one round is a kernel that straddled a switch or not: the others' slices
- * taken out are the whole slices (0 to k) that best explain its excess over its expected
- * cost, so that a short kernel that did not straddle stays whole. The others' slices are
- * often partial (a neighbour that runs out of work hands the device back early) and then
- * stay in the sample: a steady signature's estimate, the smallest of its recent samples,
- * filters them, and on a shared device its samples may differ by k slices and still count
- * as agreeing (vgpu_contention_slack), so that such samples do not make it variable. The slice is the driver's (`nvidia-smi compute-policy
- * --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
+ * which halves a long kernel sharing the device with one saturating neighbour; a sample
+ * shorter than one round loses the whole slices (0 to k) that best explain its excess over
+ * the signature's mean, so that a short kernel that did not straddle a switch stays whole.
+ * Steady signatures need none of it (their estimate is their least disturbed sample), but
+ * their samples may differ by whole slices and still agree (vgpu_contention_explains), so
+ * that others' turns do not make them variable. The slice is the driver's (`nvidia-smi
+ * compute-policy --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
  *
  * Priority (CUDA_TASK_PRIORITY, HAMi's: 0 is the highest and the default). When containers
  * of different priorities share a GPU and together want more than it has, the device's time

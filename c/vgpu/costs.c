@@ -149,7 +149,18 @@ int vgpu_cost_variable(const struct vgpu_cost *c)
     return __atomic_load_n(&c->variable, __ATOMIC_RELAXED);
 }
 
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
+int64_t vgpu_cost_floor(const struct vgpu_cost *c)
+{
+    pthread_mutex_lock(&table_lock);
+    uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
+    int64_t least = n ? c->samples[0] : -1;
+    for (uint32_t i = 1; i < n; i++)
+        least = c->samples[i] < least ? c->samples[i] : least;
+    pthread_mutex_unlock(&table_lock);
+    return least;
+}
+
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t own)
 {
     pthread_mutex_lock(&table_lock);
     c->samples[c->count++ % COST_SAMPLES] = ns < 0 ? 0 : ns;
@@ -163,7 +174,7 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns)
         int64_t v = c->samples[(c->count - 1 - i) % COST_SAMPLES];
         recent = v < recent ? v : recent;
     }
-    c->mean = c->count == 1 ? ns : c->mean + (ns - c->mean) / MEAN_WEIGHT;
+    c->mean = c->count == 1 ? own : c->mean + (own - c->mean) / MEAN_WEIGHT;
     /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
      * pattern like 19 short launches and one long one must not look steady in between. */
     if (n >= 2 && (double)most > STEADY_RATIO * (double)least &&

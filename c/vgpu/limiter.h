@@ -106,8 +106,11 @@ int vgpu_cost_variable(const struct vgpu_cost *c);
 int vgpu_cost_due(struct vgpu_cost *c, int64_t now);
 /* The launches a measurement starting now stands for (since the last one), and resets it. */
 uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now);
-/* Adds a measured duration (its own time); updates the estimate and the kind. */
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns);
+/* Adds a measured duration (`ns` as measured, `own` without others' slices); updates the
+ * estimate (steady: the smallest measured; variable: the mean own time) and the kind. */
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t own);
+/* The smallest of the signature's recent measured durations, -1 before the first. */
+int64_t vgpu_cost_floor(const struct vgpu_cost *c);
 
 /* ---- measure.c: timing events, per thread ---- */
 /* Called for each finished measurement: what was charged, how many launches of the signature

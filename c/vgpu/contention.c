@@ -5,20 +5,20 @@
  * and the events around our kernel count that slice as ours. Nothing in the event pair says
  * so, but two PID-free facts do: NVML's count of contexts on the device says how many others
  * may be waiting for a turn (k; none when ours is the only context), and the device's
- * utilization above this process's own charged share says whether they use it at all. A kernel's own time is then what is left after taking out
- * whole rounds of the others' slices, k slices per round of (k + 1):
+ * utilization above this process's own charged share says whether they use it at all.
+ *
+ * A variable signature's sample (limiter.c settles those one by one) loses whole rounds of
+ * the others' slices, k slices per round of (k + 1):
  *
  *     own = measured - k * slice * round(measured / ((k + 1) * slice))
  *
- * which halves a long kernel sharing the device with one saturating neighbour. A sample
- * shorter than one round is a kernel that straddled a switch or not: the others' slices
- * taken out are the whole slices (0 to k) that best explain its excess over its expected
- * cost, so that a short kernel that did not straddle stays whole. The others' slices are
- * often partial (a neighbour that runs out of work hands the device back early) and then
- * stay in the sample: a steady signature's estimate, the smallest of its recent samples,
- * filters them, and on a shared device its samples may differ by k slices and still count
- * as agreeing (vgpu_contention_slack), so that such samples do not make it variable. The slice is the driver's (`nvidia-smi compute-policy
- * --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
+ * which halves a long kernel sharing the device with one saturating neighbour; a sample
+ * shorter than one round loses the whole slices (0 to k) that best explain its excess over
+ * the signature's mean, so that a short kernel that did not straddle a switch stays whole.
+ * Steady signatures need none of it (their estimate is their least disturbed sample), but
+ * their samples may differ by whole slices and still agree (vgpu_contention_explains), so
+ * that others' turns do not make them variable. The slice is the driver's (`nvidia-smi
+ * compute-policy --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
  *
  * Priority (CUDA_TASK_PRIORITY, HAMi's: 0 is the highest and the default). When containers
  * of different priorities share a GPU and together want more than it has, the device's time
@@ -50,6 +50,7 @@
 #define SATURATED_PPM 970000
 
 static int others;          /* k, as of the last refresh */
+static int sharing;         /* other contexts on the device, busy or not */
 static int64_t refreshed_ns;
 static uint32_t yield_ppm;           /* priority: the share allowed now (0: no cap) */
 static int64_t slice_ns;
@@ -97,6 +98,7 @@ static int count_others(int rec)
     nvmlReturn_t rc = CALL_NVML(nvmlDeviceGetComputeRunningProcesses_v3, dev, &n, NULL);
     if (rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE)
         return 0;
+    __atomic_store_n(&sharing, n > 1 ? (int)n - 1 : 0, __ATOMIC_RELAXED);
     uint32_t mine = __atomic_load_n(&vgpu_my_figures()->share_ppm, __ATOMIC_RELAXED);
     if (n <= 1 || (int64_t)util.gpu * 10000 <= (int64_t)mine + ALONE_PPM)
         return 0;
@@ -111,10 +113,15 @@ void vgpu_contention_refresh(int rec, int64_t now)
     __atomic_store_n(&others, count_others(rec), __ATOMIC_RELAXED);
 }
 
-int64_t vgpu_contention_slack(void)
+int vgpu_contention_explains(int64_t excess_ns)
 {
-    int k = __atomic_load_n(&others, __ATOMIC_RELAXED);
-    return JITTER_NS + (k > 0 ? k * timeslice() + timeslice() / 4 : 0);
+    if (excess_ns <= JITTER_NS)
+        return 1;
+    /* Whole time slices of other contexts, give or take an eighth: others' turns, not a
+     * cost (a neighbour that has not shown in the utilization yet counts as well). */
+    int64_t slice = timeslice(), rest = excess_ns % slice;
+    return __atomic_load_n(&sharing, __ATOMIC_RELAXED) > 0 &&
+           (rest <= slice / 8 + JITTER_NS || rest >= slice - slice / 8);
 }
 
 uint32_t vgpu_priority_limit(uint32_t pct)

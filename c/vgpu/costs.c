@@ -4,8 +4,8 @@
  * (limiter.c), so the estimate only has to be good on average, never right.
  *
  * Two kinds of signature:
- *   steady    its last COST_SAMPLES samples agree (within STEADY_RATIO and a slack): the
- *             estimate is
+ *   steady    its last COST_SAMPLES samples agree (within STEADY_RATIO, or differ by host
+ *             jitter or whole time slices of other contexts): the estimate is
  *             the smallest of its last ESTIMATE_OF samples (timing events can only measure too much: another
  *             context's time slice inside the pair); its first COST_SAMPLES launches are
  *             measured, then one in STEADY_EVERY (at most one per STEADY_MIN_GAP_NS) and
@@ -27,12 +27,12 @@
 #define COST_SLOTS 4096 /* power of two */
 #define COST_PROBES 8
 #define STEADY_RATIO 1.25 /* largest / smallest recent sample of a steady signature... */
-/* ... plus a slack (vgpu_contention_slack): the host's jitter between a kernel and the event
- * before it (a descheduled launcher) is not a cost, nor, on a shared device, a part of
- * another context's time slice. */
+/* ... unless the difference is host jitter or whole time slices of other contexts
+ * (vgpu_contention_explains): those are not a cost. */
 #define STEADY_EVERY 8    /* a steady signature is measured once in this many launches */
-#define ESTIMATE_OF 4     /* a steady estimate: the smallest of this many latest samples */
-#define CALM_SAMPLES 256  /* a variable signature becomes steady after this many agreeing */
+#define ESTIMATE_OF 8     /* a steady estimate: the smallest of this many latest samples */
+#define CALM_SAMPLES 32   /* a variable signature becomes steady after this many agreeing (more
+                           * than the short launches between two long ones of a mixed pattern) */
 #define MEAN_WEIGHT 16
 #define USED_RESOLUTION_NS 1000000LL
 #define STEADY_MIN_GAP_NS 1000000LL  /* a steady signature is measured at most this often... */
@@ -149,7 +149,18 @@ int vgpu_cost_variable(const struct vgpu_cost *c)
     return __atomic_load_n(&c->variable, __ATOMIC_RELAXED);
 }
 
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t slack_ns)
+int64_t vgpu_cost_floor(const struct vgpu_cost *c)
+{
+    pthread_mutex_lock(&table_lock);
+    uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
+    int64_t least = n ? c->samples[0] : -1;
+    for (uint32_t i = 1; i < n; i++)
+        least = c->samples[i] < least ? c->samples[i] : least;
+    pthread_mutex_unlock(&table_lock);
+    return least;
+}
+
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t own)
 {
     pthread_mutex_lock(&table_lock);
     c->samples[c->count++ % COST_SAMPLES] = ns < 0 ? 0 : ns;
@@ -163,10 +174,11 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t slack_ns)
         int64_t v = c->samples[(c->count - 1 - i) % COST_SAMPLES];
         recent = v < recent ? v : recent;
     }
-    c->mean = c->count == 1 ? ns : c->mean + (ns - c->mean) / MEAN_WEIGHT;
+    c->mean = c->count == 1 ? own : c->mean + (own - c->mean) / MEAN_WEIGHT;
     /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
      * pattern like 19 short launches and one long one must not look steady in between. */
-    if (n >= 2 && (double)most > STEADY_RATIO * (double)least + (double)slack_ns)
+    if (n >= 2 && (double)most > STEADY_RATIO * (double)least &&
+        !vgpu_contention_explains(most - least))
         c->calm = 0, c->variable = 1;
     else if (c->variable && ++c->calm >= CALM_SAMPLES)
         c->variable = 0;

@@ -21,8 +21,10 @@
  * that every event pair on an idle stream includes, not device time.
  *
  * Own time and others' time: an event pair includes any time slice the device gave another
- * context while the kernel ran; contention.c takes out the slices the device's sharing
- * implies before the sample is used at all.
+ * context while the kernel ran. A steady signature's estimate is the smallest of its recent
+ * samples, the least disturbed; a variable one's samples lose the slices that contention.c
+ * says the device's sharing implies before they are settled (a signature's first sample is
+ * settled whole: it may overcharge once, never undercharge).
  */
 #include "limiter.h"
 
@@ -54,9 +56,19 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32
 {
     int64_t before = cost ? vgpu_cost_estimate(cost) : -1;
     int steady = cost && before >= 0 && !vgpu_cost_variable(cost);
-    measured_ns = vgpu_own_time(measured_ns, before);
+    /* Others' slices come out of a variable signature's samples only (a steady one's
+     * estimate is its least disturbed sample), and never below the smallest sample measured
+     * recently: a kernel that lasts whole slices is not shortened to less than it ever took.
+     * A signature's first sample is settled whole: it may overcharge once, never under. */
+    int64_t own = measured_ns;
+    if (!steady && before >= 0) {
+        int64_t floor = vgpu_cost_floor(cost);
+        own = vgpu_own_time(measured_ns, before);
+        own = own < floor ? (floor < measured_ns ? floor : measured_ns) : own;
+    }
     if (cost)
-        vgpu_cost_sample(cost, measured_ns, vgpu_contention_slack());
+        vgpu_cost_sample(cost, measured_ns, own);
+    measured_ns = own;
     __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);
     if (steady)
         return; /* its samples agree with its estimate (or this one makes it variable) */

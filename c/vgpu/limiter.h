@@ -106,8 +106,11 @@ int vgpu_cost_variable(const struct vgpu_cost *c);
 int vgpu_cost_due(struct vgpu_cost *c, int64_t now);
 /* The launches a measurement starting now stands for (since the last one), and resets it. */
 uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now);
-/* Adds a measured duration (its own time); updates the estimate and the kind. */
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t slack_ns);
+/* Adds a measured duration (`ns` as measured, `own` without others' slices); updates the
+ * estimate (steady: the smallest measured; variable: the mean own time) and the kind. */
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t own);
+/* The smallest of the signature's recent measured durations, -1 before the first. */
+int64_t vgpu_cost_floor(const struct vgpu_cost *c);
 
 /* ---- measure.c: timing events, per thread ---- */
 /* Called for each finished measurement: what was charged, how many launches of the signature
@@ -125,9 +128,9 @@ void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, i
 /* ---- contention.c: own time versus others' time slices ---- */
 /* Refreshes (at most every 100 ms) how many other contexts share the device of `rec`. */
 void vgpu_contention_refresh(int rec, int64_t now);
-/* How far apart a steady signature's samples may be: 100 us of host jitter alone; on a shared
- * device also the k slices others may take (partial ones cannot be taken out). */
-int64_t vgpu_contention_slack(void);
+/* Whether two samples of a kernel may differ by `excess_ns` without its cost changing: host
+ * jitter (100 us), or whole time slices of other contexts on a shared device. */
+int vgpu_contention_explains(int64_t excess_ns);
 /* The limit in effect: `pct`, or less for a lower-priority container on a saturated device. */
 uint32_t vgpu_priority_limit(uint32_t pct);
 /* A measured event-pair time without the other contexts' time slices it contains, given

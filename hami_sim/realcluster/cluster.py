@@ -89,6 +89,7 @@ class RealCluster:
         self._stack = contextlib.ExitStack()
         self._api_client = None
         self._machine_lock = None
+        self.control_args: list = []             # more hami-control flags (benchmarks)
 
     # Paths --------------------------------------------------------------------------------
 

@@ -60,8 +60,9 @@ etcd_module() {
 }
 
 build_one() {
-  local name=$1 dir pkg ldflags="-s -w"
-  [ -x "$bin/$name" ] && { log "$name v$K8S_VERSION cached"; return; }
+  local name=$1 dir pkg ldflags="-s -w" version=$K8S_VERSION
+  [ "$name" = etcd ] && version=$ETCD_VERSION
+  [ -x "$bin/$name" ] && { log "$name v$version cached"; return; }
   mkdir -p "$bin"
   if [ "$name" = etcd ]; then
     dir=$(etcd_module); pkg=go.etcd.io/etcd/server/v3

@@ -24,9 +24,7 @@ from pathlib import Path
 
 from hami_common import constants as C
 from hami_common import node_register
-from hami_sim.realcluster import control_plane as cp
 from hami_sim.realcluster.cluster import RealCluster
-from hami_sim.realcluster.components import ensure_components
 from hami_sim.replay.trace import load_nodes, load_pods
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "openb"
@@ -70,47 +68,62 @@ def pod_body(trace_pod, namespace: str, scheduler: str) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", **pod}
 
 
+class BindWatch:
+    """Watches a namespace's pods from a thread, noting when each gets a node; with agent,
+    plays hami-node's part for each (bind-phase success, node lock released)."""
+
+    def __init__(self, v1, namespace: str, want: int, agent: bool):
+        self.v1, self.namespace, self.want, self.agent = v1, namespace, want, agent
+        self.bound: dict = {}
+        self.errors: list = []
+        self._finish = ThreadPoolExecutor(4)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "BindWatch":
+        """Starts watching."""
+        self._thread.start()
+        return self
+
+    def join(self) -> None:
+        """Waits until every pod is bound, or none has been for WAIT_S."""
+        self._thread.join()
+        self._finish.shutdown(wait=True)
+        if self.errors:
+            raise RuntimeError(self.errors[0])
+
+    def _node_agent(self, name: str, node: str) -> None:
+        self.v1.patch_namespaced_pod(name, self.namespace, {"metadata": {"annotations": {
+            C.ANNO_BIND_PHASE: C.BIND_PHASE_SUCCESS}}})
+        self.v1.patch_node(node, {"metadata": {"annotations": {C.ANNO_NODE_LOCK: None}}})
+
+    def _run(self) -> None:
+        from kubernetes import watch
+        try:
+            last = time.monotonic()
+            while len(self.bound) < self.want and time.monotonic() - last < WAIT_S:
+                for ev in watch.Watch().stream(self.v1.list_namespaced_pod, self.namespace,
+                                               timeout_seconds=5):
+                    pod = ev["object"]
+                    name, node = pod.metadata.name, pod.spec.node_name
+                    if node and name not in self.bound:
+                        self.bound[name] = last = time.monotonic()
+                        if self.agent:
+                            self._finish.submit(self._node_agent, name, node)
+                    if len(self.bound) == self.want:
+                        return
+        except Exception as e:      # noqa: BLE001  (a dead watcher would look like 0 pods/s)
+            self.errors.append(f"watch: {type(e).__name__}: {e}")
+
+
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> dict:
-    """Creates the pods for scheduler; waits until each is bound or 60 s pass without news."""
-    from kubernetes import client, watch
+    """Creates the pods for scheduler; the figures once each is bound (or WAIT_S passed
+    without a binding)."""
     v1 = c.core_v1
     v1.create_namespace({"metadata": {"name": namespace}})
     v1.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
-    created, bound, errors = {}, {}, []
-    done = threading.Event()
-    finish = ThreadPoolExecutor(4)
-
-    def node_agent(name: str, node: str) -> None:
-        v1.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
-            C.ANNO_BIND_PHASE: C.BIND_PHASE_SUCCESS}}})
-        v1.patch_node(node, {"metadata": {"annotations": {C.ANNO_NODE_LOCK: None}}})
-
-    def watcher():
-        try:
-            watch_bindings()
-        except Exception as e:      # noqa: BLE001  (a dead watcher would look like 0 pods/s)
-            errors.append(f"watch: {type(e).__name__}: {e}")
-            done.set()
-
-    def watch_bindings():
-        w = watch.Watch()
-        api = client.CoreV1Api(c.core_v1.api_client)
-        last = time.monotonic()
-        while not done.is_set() and time.monotonic() - last < WAIT_S:
-            for ev in w.stream(api.list_namespaced_pod, namespace, timeout_seconds=5):
-                pod = ev["object"]
-                name, node = pod.metadata.name, pod.spec.node_name
-                if node and name not in bound:
-                    bound[name] = time.monotonic()
-                    last = bound[name]
-                    if agent:
-                        finish.submit(node_agent, name, node)
-                if len(bound) == len(pods):
-                    done.set()
-                    w.stop()
-    t = threading.Thread(target=watcher, daemon=True)
-    t.start()
+    watcher = BindWatch(v1, namespace, len(pods), agent).start()
     time.sleep(1.0)
+    created = {}
 
     def create(p):
         body = pod_body(p, namespace, scheduler)
@@ -119,10 +132,8 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
     start = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(create, pods))
-    t.join()
-    finish.shutdown(wait=True)
-    if errors:
-        raise RuntimeError(errors[0])
+    watcher.join()
+    bound = watcher.bound
     if len(bound) < len(pods):      # say why the rest stayed unbound
         left = next(p for p in v1.list_namespaced_pod(namespace).items
                     if not p.spec.node_name)
@@ -144,24 +155,10 @@ def main() -> int:
     args = ap.parse_args()
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
     pods = [p for p in load_pods(TRACES / "openb_pod_list_default.csv")][:args.pods]
-    c = RealCluster(step=lambda m: print(m, file=sys.stderr))
+    c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True)
     c.control_args = ["--handshake-interval", "0", "--log-level", "warning"]
-    c.bins = ensure_components()
     try:
-        c.root.mkdir(parents=True, exist_ok=True)
-        c.logs.mkdir(exist_ok=True)
-        c._lock_machine()
-        c._start_watchdog()
-        from hami_sim.realcluster.pki import make_pki
-        c.pki = make_pki(c.root / "pki", c.spec.name)
-        c.ports.update(etcd=cp.free_port(), etcd_peer=cp.free_port(),
-                       apiserver=cp.free_port(), control=cp.free_port(),
-                       scheduler=cp.free_port(), default_scheduler=cp.free_port())
-        cp.start_etcd(c)
-        cp.start_apiserver(c)
-        c.apply(cp.cfg.rbac_objects())
-        cp.start_control(c)
-        cp.start_schedulers(c)
+        c.start()
         t0 = time.monotonic()
         publish(c.core_v1, nodes, args.threads)
         print(f"{len(nodes)} nodes published in {time.monotonic() - t0:.1f} s", file=sys.stderr)
@@ -172,6 +169,11 @@ def main() -> int:
     for r in (ours, alone):
         print(json.dumps(r))
     ratio = ours["pods_per_s"] / alone["pods_per_s"] if alone["pods_per_s"] else 0.0
+    for key, r in (("extender", ours), ("scheduler_alone", alone)):
+        print(f"k8s_{key}_pods_per_s={r['pods_per_s']:.1f}")
+        print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
+        print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
+    print(f"k8s_throughput_ratio={ratio:.2f}")
     print(f"extender / kube-scheduler alone: {ratio:.2f} of the throughput "
           f"({ours['pods_per_s']:.1f} vs {alone['pods_per_s']:.1f} pods/s; "
           f"{ours['bound']} and {alone['bound']} of {len(pods)} pods bound)")

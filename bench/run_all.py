@@ -18,6 +18,7 @@ BENCHES = [
     ("allocate_latency.py", []),
     ("filter_latency.py", []),
     ("replay_plot.py", []),
+    ("k8s_throughput.py", []),      # real Kubernetes (tools/k8s/build.sh), needs root
 ]
 
 

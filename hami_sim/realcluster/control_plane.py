@@ -31,7 +31,8 @@ def start(c) -> None:
                    control=free_port(), scheduler=free_port(), default_scheduler=free_port())
     start_etcd(c)
     start_apiserver(c)
-    start_controller_manager(c)
+    if not c.scheduling_only:
+        start_controller_manager(c)
     c.apply(cfg.rbac_objects())
     c.step("deploy/'s namespace, ServiceAccounts, ClusterRoles and bindings applied")
     start_control(c)

@@ -58,9 +58,13 @@ def publish(v1, nodes, threads: int) -> None:
 
 
 def pod_body(trace_pod, namespace: str, scheduler: str) -> dict:
-    """The trace pod for one scheduler (a bare pause image: nothing runs it)."""
+    """The trace pod for one scheduler (a bare pause image: nothing runs it). Both runs go
+    through the API server's admission, deploy/'s webhook included: it sends the first run's
+    pods to hami-scheduler and ignores the second's (label hami.io/webhook: ignore)."""
     pod = trace_pod.pod_object(namespace=namespace)
     pod["spec"]["schedulerName"] = scheduler
+    if scheduler != C.SCHEDULER_NAME:      # kube-scheduler alone: our webhook keeps off it
+        pod["metadata"]["labels"] = {C.LABEL_WEBHOOK: C.LABEL_WEBHOOK_IGNORE}
     pod["spec"]["containers"][0]["image"] = "hami-k8s.local/pause:1"
     limits = pod["spec"]["containers"][0]["resources"].get("limits")
     if limits:       # extended resources: requests equal to limits

@@ -21,7 +21,7 @@ native:
 
 # The real Kubernetes tier's components (tests/k8s): containerd, runc and the CNI plugins from
 # Debian's packages, and Kubernetes + etcd built from their Go modules into
-# ~/.cache/hami-py/k8s/<version> (the first time about 25 minutes on 2 cores; then nothing).
+# ~/.cache/hami-py/k8s/<k8s>-etcd<etcd> (the first time about 25 minutes on 2 cores; then nothing).
 k8s:
 	bash tools/k8s/install-debs.sh
 	bash tools/k8s/build.sh >/dev/null

@@ -12,7 +12,6 @@ when this one dies: nothing is left running, whatever way the launcher ends (rea
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import socket
@@ -74,8 +73,10 @@ class RealCluster:
     """The real cluster, started and stopped together (see the module's doc)."""
 
     def __init__(self, workdir=None, step: Step = lambda _m: None, keep: bool = False,
-                 node: NodeSpec = NODE):
+                 node: NodeSpec = NODE, scheduling_only: bool = False):
         self.step, self.keep, self.spec = step, keep, node
+        # Only what scheduling needs (benchmarks): no controller manager, no node.
+        self.scheduling_only = scheduling_only
         self._own_root = workdir is None
         self.root = Path(workdir or tempfile.mkdtemp(prefix="hami-k8s-", dir="/tmp")).resolve()
         self.logs = self.root / "logs"
@@ -86,9 +87,9 @@ class RealCluster:
         self.control = None
         self.node: Optional[SimNode] = None
         self.watchdog: Optional[subprocess.Popen] = None
-        self._stack = contextlib.ExitStack()
         self._api_client = None
         self._machine_lock = None
+        self.control_args: list = []             # more hami-control flags (benchmarks)
 
     # Paths --------------------------------------------------------------------------------
 
@@ -138,13 +139,15 @@ class RealCluster:
     def _start(self) -> None:
         from hami_sim.realcluster import control_plane, node
         self.bins = ensure_components()
-        self._lock_machine()
+        if not self.scheduling_only:      # machine-wide: kubelet's plugin folder, cgroups
+            self._lock_machine()
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self._start_watchdog()
         self.pki = make_pki(self.root / "pki", self.spec.name)
         control_plane.start(self)
-        node.start(self)
+        if not self.scheduling_only:
+            node.start(self)
 
     def _lock_machine(self) -> None:
         import fcntl
@@ -172,7 +175,7 @@ class RealCluster:
              str(self.containerd_socket), "--workdir", str(self.root)],
             start_new_session=True, **child_options(),
             # It holds the machine lock too: no new cluster starts before it has reaped.
-            pass_fds=(self._machine_lock.fileno(),))
+            pass_fds=(self._machine_lock.fileno(),) if self._machine_lock else ())
 
     def spawn(self, name: str, argv: list, env: Optional[dict] = None) -> subprocess.Popen:
         """Starts a component in its own process group, output to logs/<name>.log."""
@@ -203,7 +206,6 @@ class RealCluster:
             if self._api_client is not None:
                 self._api_client.close()
                 self._api_client = None
-            self._stack.close()
             for name in reversed(list(self.procs)):
                 self.stop_component(name)
             if self.node is not None:

@@ -31,7 +31,8 @@ def start(c) -> None:
                    control=free_port(), scheduler=free_port(), default_scheduler=free_port())
     start_etcd(c)
     start_apiserver(c)
-    start_controller_manager(c)
+    if not c.scheduling_only:
+        start_controller_manager(c)
     c.apply(cfg.rbac_objects())
     c.step("deploy/'s namespace, ServiceAccounts, ClusterRoles and bindings applied")
     start_control(c)
@@ -119,7 +120,7 @@ def start_control(c) -> None:
     c.control = launch(kc, process=True,
                        tls=(p.crt("hami-control"), p.key("hami-control"), p.ca),
                        listen=f"127.0.0.1:{c.ports['control']}",
-                       extra_args=["--lease-namespace", CONTROL_SA[0]],
+                       extra_args=["--lease-namespace", CONTROL_SA[0], *c.control_args],
                        env={**clean_base_env(), "POD_NAMESPACE": CONTROL_SA[0]},
                        wait_ready=60)
     c.adopt("hami-control", c.control.process)

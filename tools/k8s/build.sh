@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components from their Go modules with the machine's Go, cached
-# outside the repository under ${HAMI_K8S_CACHE:-~/.cache/hami-py/k8s}/<version>/bin.
+# outside the repository under ${HAMI_K8S_CACHE:-~/.cache/hami-py/k8s}/<versions>/bin.
 #   bash tools/k8s/build.sh            build everything missing
 #   bash tools/k8s/build.sh kubectl    build one component; its absolute path is the last line
 # Progress goes to stderr; a second run finds the binaries and costs nothing.
@@ -10,7 +10,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/versions.env"
 
 ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet helm)
-cache=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/$K8S_VERSION
+# Keyed by both versions: changing either builds anew (helm is keyed by its own, below).
+cache=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/$K8S_VERSION-etcd$ETCD_VERSION
 bin=$cache/bin
 log() { echo "[k8s-build $(date -u +%H:%M:%S)] $*" >&2; }
 die() { log "error: $*"; exit 1; }

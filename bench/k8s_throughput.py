@@ -1,0 +1,188 @@
+"""Scheduling throughput on the real kube-scheduler: our extender vs kube-scheduler alone.
+
+The openb trace's 1,213 GPU nodes become Node objects (the register annotation hami-node would
+write; CPU, memory and GPU capacity, nvidia.com/gpucores and gpumem-percentage as plain
+extended resources too); no kubelet is needed to schedule. Then, in one run, the same pods of
+the default list are created as fast as the API server takes them twice: once for
+hami-scheduler (deploy/'s kube-scheduler + our extender; this script plays hami-node's part
+after each bind: bind-phase success, node lock released), once for the default kube-scheduler
+(GPU resources as plain extended resources). Printed: pods/s from the first creation to the
+last binding, per-pod latency creation -> bound (p50/p99), and the ratio.
+
+    sudo .venv/bin/python bench/k8s_throughput.py [--pods 1000] [--threads 8]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from hami_common import constants as C
+from hami_common import node_register
+from hami_sim.realcluster.cluster import RealCluster
+from hami_sim.replay.trace import load_nodes, load_pods
+
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "openb"
+SPLIT = 10
+WAIT_S = 30.0          # a run ends when no pod has been bound for this long
+
+
+def node_object(n) -> tuple:
+    """(Node, status) for one trace node."""
+    devices = n.devices(SPLIT)
+    capacity = {"cpu": f"{n.cpu_milli}m", "memory": f"{n.memory_mib}Mi", "pods": "1000",
+                C.RESOURCE_GPU: str(len(devices) * SPLIT),
+                C.RESOURCE_CORES: str(100 * len(devices)),
+                C.RESOURCE_MEM_PERCENTAGE: str(100 * len(devices))}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": n.name, "annotations": {C.ANNO_NODE_REGISTER: node_register.encode(devices)}}}
+    return node, {"status": {"capacity": capacity, "allocatable": capacity}}
+
+
+def publish(v1, nodes, threads: int) -> None:
+    """Creates the nodes and sets their capacity."""
+    def one(n):
+        node, status = node_object(n)
+        v1.create_node(node)
+        v1.patch_node_status(n.name, status)
+        # The API server taints a new node not-ready; no kubelet (and no node controller)
+        # runs here to lift it.
+        v1.patch_node(n.name, {"spec": {"taints": []}})
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, nodes))
+
+
+def pod_body(trace_pod, namespace: str, scheduler: str) -> dict:
+    """The trace pod for one scheduler (a bare pause image: nothing runs it). Both runs go
+    through the API server's admission, deploy/'s webhook included: it sends the first run's
+    pods to hami-scheduler and ignores the second's (label hami.io/webhook: ignore)."""
+    pod = trace_pod.pod_object(namespace=namespace)
+    pod["spec"]["schedulerName"] = scheduler
+    if scheduler != C.SCHEDULER_NAME:      # kube-scheduler alone: our webhook keeps off it
+        pod["metadata"]["labels"] = {C.LABEL_WEBHOOK: C.LABEL_WEBHOOK_IGNORE}
+    pod["spec"]["containers"][0]["image"] = "hami-k8s.local/pause:1"
+    limits = pod["spec"]["containers"][0]["resources"].get("limits")
+    if limits:       # extended resources: requests equal to limits
+        pod["spec"]["containers"][0]["resources"]["requests"].update(limits)
+    return {"apiVersion": "v1", "kind": "Pod", **pod}
+
+
+class BindWatch:
+    """Watches a namespace's pods from a thread, noting when each gets a node; with agent,
+    plays hami-node's part for each (bind-phase success, node lock released)."""
+
+    def __init__(self, v1, namespace: str, want: int, agent: bool):
+        self.v1, self.namespace, self.want, self.agent = v1, namespace, want, agent
+        self.bound: dict = {}
+        self.errors: list = []
+        self._finish = ThreadPoolExecutor(4)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "BindWatch":
+        """Starts watching."""
+        self._thread.start()
+        return self
+
+    def join(self) -> None:
+        """Waits until every pod is bound, or none has been for WAIT_S."""
+        self._thread.join()
+        self._finish.shutdown(wait=True)
+        if self.errors:
+            raise RuntimeError(self.errors[0])
+
+    def _node_agent(self, name: str, node: str) -> None:
+        self.v1.patch_namespaced_pod(name, self.namespace, {"metadata": {"annotations": {
+            C.ANNO_BIND_PHASE: C.BIND_PHASE_SUCCESS}}})
+        self.v1.patch_node(node, {"metadata": {"annotations": {C.ANNO_NODE_LOCK: None}}})
+
+    def _run(self) -> None:
+        from kubernetes import watch
+        try:
+            last = time.monotonic()
+            while len(self.bound) < self.want and time.monotonic() - last < WAIT_S:
+                for ev in watch.Watch().stream(self.v1.list_namespaced_pod, self.namespace,
+                                               timeout_seconds=5):
+                    pod = ev["object"]
+                    name, node = pod.metadata.name, pod.spec.node_name
+                    if node and name not in self.bound:
+                        self.bound[name] = last = time.monotonic()
+                        if self.agent:
+                            self._finish.submit(self._node_agent, name, node)
+                    if len(self.bound) == self.want:
+                        return
+        except Exception as e:      # noqa: BLE001  (a dead watcher would look like 0 pods/s)
+            self.errors.append(f"watch: {type(e).__name__}: {e}")
+
+
+def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> dict:
+    """Creates the pods for scheduler; the figures once each is bound (or WAIT_S passed
+    without a binding)."""
+    v1 = c.core_v1
+    v1.create_namespace({"metadata": {"name": namespace}})
+    v1.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
+    watcher = BindWatch(v1, namespace, len(pods), agent).start()
+    time.sleep(1.0)
+    created = {}
+
+    def create(p):
+        body = pod_body(p, namespace, scheduler)
+        created[body["metadata"]["name"]] = time.monotonic()
+        v1.create_namespaced_pod(namespace, body)
+    start = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, pods))
+    watcher.join()
+    bound = watcher.bound
+    if len(bound) < len(pods):      # say why the rest stayed unbound
+        left = next(p for p in v1.list_namespaced_pod(namespace).items
+                    if not p.spec.node_name)
+        print(f"{namespace}: {len(pods) - len(bound)} pods unbound, e.g. {left.metadata.name}: "
+              f"{[(x.type, x.reason, x.message) for x in left.status.conditions or []]}",
+              file=sys.stderr)
+    lat = sorted(bound[n] - created[n] for n in bound)
+    span = (max(bound.values()) - start) if bound else float("inf")
+    return {"scheduler": scheduler, "pods": len(pods), "bound": len(bound),
+            "pods_per_s": len(bound) / span if bound else 0.0,
+            "p50_ms": 1000 * statistics.median(lat) if lat else None,
+            "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pods", type=int, default=1000, help="first N pods of the default list")
+    ap.add_argument("--threads", type=int, default=8)
+    args = ap.parse_args()
+    nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
+    pods = [p for p in load_pods(TRACES / "openb_pod_list_default.csv")][:args.pods]
+    c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True)
+    c.control_args = ["--handshake-interval", "0", "--log-level", "warning"]
+    try:
+        c.start()
+        t0 = time.monotonic()
+        publish(c.core_v1, nodes, args.threads)
+        print(f"{len(nodes)} nodes published in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+        ours = run(c, pods, "bench-extender", C.SCHEDULER_NAME, args.threads, agent=True)
+        alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)
+    finally:
+        c.stop()
+    for r in (ours, alone):
+        print(json.dumps(r))
+    ratio = ours["pods_per_s"] / alone["pods_per_s"] if alone["pods_per_s"] else 0.0
+    for key, r in (("extender", ours), ("scheduler_alone", alone)):
+        print(f"k8s_{key}_pods_per_s={r['pods_per_s']:.1f}")
+        print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
+        print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
+    print(f"k8s_throughput_ratio={ratio:.2f}")
+    print(f"extender / kube-scheduler alone: {ratio:.2f} of the throughput "
+          f"({ours['pods_per_s']:.1f} vs {alone['pods_per_s']:.1f} pods/s; "
+          f"{ours['bound']} and {alone['bound']} of {len(pods)} pods bound)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Allocate while hami-node cannot reach the API (its RBAC binding removed for a moment):
 real kubelet never retries a failed Allocate, the pod fails for good with
-UnexpectedAdmissionError; so hami-node waits a short outage out (up to LOOKUP_RETRY_S) and the
+UnexpectedAdmissionError; so hami-node waits a short outage out (up to RETRY_BUDGET_S) and the
 pod runs. The kubelet double retried, which hid this."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hami_node.plugin.allocator import LOOKUP_RETRY_S
+from hami_node.plugin.allocator import RETRY_BUDGET_S
 from hami_sim.realcluster.config import deploy_docs
 
 from k8shelpers import create, delete, pod, wait_phase
@@ -48,7 +48,7 @@ def test_short_outage_is_waited_out_and_a_long_one_fails_the_pod(real_cluster):
         try:
             create(c, pod("long-outage", GPU))
             failed = wait_phase(c, "long-outage", ("Failed", "Succeeded"),
-                                timeout=60 + LOOKUP_RETRY_S)
+                                timeout=60 + RETRY_BUDGET_S)
         finally:
             c.apply([node_binding()])
         status = failed["status"]

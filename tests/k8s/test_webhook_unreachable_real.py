@@ -7,6 +7,7 @@ Event instead of leaving it silently Pending."""
 from __future__ import annotations
 
 import copy
+import json
 import time
 
 import pytest
@@ -42,7 +43,8 @@ def test_gpu_pods_are_refused_clearly_and_others_pass(real_cluster):
         c.apply([cfg.webhook_config(c.control.url, c.pki.ca.read_bytes())])
     try:
         assert refused.value.status == 500, refused.value.body
-        assert 'failed calling webhook "pods.hami-control.hami.io"' in refused.value.body
+        message = json.loads(refused.value.body)["message"]
+        assert 'failed calling webhook "pods.hami-control.hami.io"' in message, message
         assert plain["spec"]["schedulerName"] == "default-scheduler"
         again = create(c, pod("webhook-back", GPU))                      # reachable again
         assert again["spec"]["schedulerName"] == "hami-scheduler"

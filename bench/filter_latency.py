@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 
-from hami_control.launch import start_control
+from hami_sim.control_launch import start_control
 from hami_sim.extender_client import JsonHttp
 from hami_sim.launch import start_apiserver
 from hami_sim.replay import catalog

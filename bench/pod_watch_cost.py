@@ -19,7 +19,7 @@ import time
 
 import psutil
 
-from hami_control.launch import start_control
+from hami_sim.control_launch import start_control
 from hami_sim.extender_client import JsonHttp
 from hami_sim.launch import start_apiserver
 

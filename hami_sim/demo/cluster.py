@@ -238,7 +238,7 @@ class SimCluster:
         return self
 
     def _start(self) -> None:
-        from hami_control.launch import start_control
+        from hami_sim.control_launch import start_control
         from hami_sim.certs import make_server_certs
         self.root.mkdir(parents=True, exist_ok=True)
         # Frequent bookmarks: a watcher checks whether it should stop at each event, so the

@@ -113,7 +113,7 @@ def token_kubeconfig(c, namespace: str, name: str):
 
 def start_control(c) -> None:
     """hami-control as a process with deploy/'s ServiceAccount and its Lease namespace."""
-    from hami_control.launch import start_control as launch
+    from hami_sim.control_launch import start_control as launch
     from hami_sim.demo.cluster import clean_base_env
     kc = token_kubeconfig(c, *CONTROL_SA)
     p = c.pki

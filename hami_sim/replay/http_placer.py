@@ -279,7 +279,7 @@ def run_http_seed(job: tuple) -> dict:
     """One seed over HTTP, in a fresh API server double and hami-control; the same keys as
     the in-process run, plus pods_per_s, filter_p50_ms/filter_p99_ms, bind_errors and the CPU
     seconds each party used."""
-    from hami_control.launch import start_control
+    from hami_sim.control_launch import start_control
     from hami_sim.launch import start_apiserver
     from hami_sim.replay.trace import load_nodes, load_pods
     nodes_path, pods_path, policy, seed, ratio, split = job

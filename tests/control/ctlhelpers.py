@@ -7,7 +7,7 @@ import json
 from hami_common import constants as C
 from hami_common import node_register, node_register_legacy, pod_devices
 from hami_common.node_register import DeviceInfo
-from hami_control.launch import start_control
+from hami_sim.control_launch import start_control
 from hami_sim.extender_client import finish_allocation
 from hami_sim.testing import wait_for
 

@@ -9,7 +9,7 @@ import time
 
 from ctlhelpers import add_gpu_node, create, eventually, gpu_pod
 from hami_common.constants import LABEL_CONTROL_LEADER
-from hami_control.launch import start_control
+from hami_sim.control_launch import start_control
 
 ELECTION = ("--handshake-interval", "0", "--lease-namespace", "default", "--lease-duration",
             "2", "--renew-deadline", "1.5", "--retry-period", "0.2", "--log-level", "warning")

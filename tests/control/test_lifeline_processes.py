@@ -13,7 +13,7 @@ import psutil
 
 PARENT = textwrap.dedent("""
     import time
-    from hami_control.launch import start_control
+    from hami_sim.control_launch import start_control
     from hami_sim.launch import start_apiserver
     api = start_apiserver(process=True)
     control = start_control(str(api.kubeconfig), process=True,

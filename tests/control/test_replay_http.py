@@ -48,7 +48,7 @@ def test_placer_reports_a_dead_helper_instead_of_waiting(tmp_path):
 
     import pytest
 
-    from hami_control.launch import start_control
+    from hami_sim.control_launch import start_control
     from hami_sim.launch import start_apiserver
     from hami_sim.replay.http_placer import HttpPlacer, ReplayHttpError
     from hami_sim.replay.trace import load_nodes, load_pods

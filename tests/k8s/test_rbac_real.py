@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from hami_control.launch import start_control
+from hami_sim.control_launch import start_control
 from hami_sim.realcluster.config import deploy_docs
 from hami_sim.realcluster.control_plane import token_kubeconfig
 

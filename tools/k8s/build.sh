@@ -48,26 +48,16 @@ k8s_module() {
   echo "$dir"
 }
 
-etcd_module() {
-  local dir=$cache/src/etcd
+# A scratch module that requires one package at one version (etcd's server, helm's command).
+#   single_module DIR-NAME PACKAGE VERSION
+single_module() {
+  local dir=$cache/src/$1 pkg=$2 version=$3
   [ -f "$dir/.ready" ] && { echo "$dir"; return; }
   mkdir -p "$dir"
-  log "resolving go.etcd.io/etcd/server/v3 v$ETCD_VERSION"
-  printf 'module hami-py/etcd-build\ngo 1.24\n' >"$dir/go.mod"
-  (cd "$dir" && nice -n 10 go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION") >&2 \
-     || die "go get of go.etcd.io/etcd/server/v3 v$ETCD_VERSION failed (see above)"
-  touch "$dir/.ready"
-  echo "$dir"
-}
-
-helm_module() {
-  local dir=$cache/src/helm-$HELM_VERSION
-  [ -f "$dir/.ready" ] && { echo "$dir"; return; }
-  mkdir -p "$dir"
-  log "resolving helm.sh/helm/v3 v$HELM_VERSION"
-  printf 'module hami-py/helm-build\ngo 1.24\n' >"$dir/go.mod"
-  (cd "$dir" && nice -n 10 go get "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION") >&2 \
-     || die "go get of helm.sh/helm/v3 v$HELM_VERSION failed (see above)"
+  log "resolving $pkg v$version"
+  printf 'module hami-py/%s-build\ngo 1.24\n' "$1" >"$dir/go.mod"
+  (cd "$dir" && nice -n 10 go get "$pkg@v$version") >&2 \
+     || die "go get of $pkg v$version failed (see above)"
   touch "$dir/.ready"
   echo "$dir"
 }
@@ -81,10 +71,10 @@ build_one() {
   [ -x "$out" ] && { log "$name cached"; return; }
   mkdir -p "$bin"
   if [ "$name" = helm ]; then
-    dir=$(helm_module); pkg=helm.sh/helm/v3/cmd/helm
+    pkg=helm.sh/helm/v3/cmd/helm; dir=$(single_module "helm-$HELM_VERSION" "$pkg" "$HELM_VERSION")
     ldflags+=" -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
   elif [ "$name" = etcd ]; then
-    dir=$(etcd_module); pkg=go.etcd.io/etcd/server/v3
+    pkg=go.etcd.io/etcd/server/v3; dir=$(single_module etcd "$pkg" "$ETCD_VERSION")
   else
     dir=$(k8s_module); pkg=k8s.io/kubernetes/cmd/$name
     # Without these the binaries report v0.0.0-master, which version checks and skew warnings read.

@@ -69,6 +69,32 @@ class RunningApiServer:
         return self._admin("POST", "/_sim/watches/drop", {})["dropped"]
 
 
+class Startable:
+    """A set of processes started together: start() runs _start() and, when that fails,
+    stop() (which must cope with a partial start) before re-raising; a context manager."""
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def start(self):
+        """Starts every piece in order; stops what started if one fails."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 def read_first_line(proc: subprocess.Popen, timeout: float) -> str:
     """The child's first stdout line, stripped; '' if none came within timeout seconds (a
     thread reads it, so a child that hangs silently cannot hang us)."""

@@ -30,8 +30,8 @@ from hami_common.errors import HamiFormatError
 from hami_common.lifeline import child_options
 from hami_sim.gpu import sim_env
 from hami_sim.kubeconfig import write_kubeconfig
-from hami_sim.launch import (START_TIMEOUT_S, read_first_line, start_apiserver, start_kubelet,
-                             stop_process)
+from hami_sim.launch import (START_TIMEOUT_S, Startable, read_first_line, start_apiserver,
+                             start_kubelet, stop_process)
 
 READY_TIMEOUT_S = 45.0
 USER_TOKEN = "hami-sim-user"
@@ -204,7 +204,7 @@ def control_nodes(control) -> int:
     return 0
 
 
-class SimCluster:
+class SimCluster(Startable):
     """API server double + hami-control + simulated GPU nodes, started and stopped together."""
 
     def __init__(self, nodes: Sequence[NodeSpec] = DEFAULT_NODES, workdir=None,
@@ -221,21 +221,6 @@ class SimCluster:
         self._api_client = None
 
     # Life cycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> "SimCluster":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self) -> "SimCluster":
-        """Starts every piece, in dependency order; stops what started if one fails."""
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _start(self) -> None:
         from hami_sim.control_launch import start_control

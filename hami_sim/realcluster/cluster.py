@@ -26,6 +26,7 @@ from hami_common.lifeline import child_options
 from hami_sim.demo.cluster import (A100, T4, ClusterError, NodeSpec, SimNode, clean_base_env,
                                    published_gpus, tail)
 from hami_sim.kubeconfig import write_kubeconfig
+from hami_sim.launch import Startable
 from hami_sim.realcluster import config as cfg
 from hami_sim.realcluster.components import ensure_components
 from hami_sim.realcluster.pki import make_pki
@@ -69,7 +70,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float, log: Optional
         time.sleep(0.3)
 
 
-class RealCluster:
+class RealCluster(Startable):
     """The real cluster, started and stopped together (see the module's doc)."""
 
     def __init__(self, workdir=None, step: Step = lambda _m: None, keep: bool = False,
@@ -119,22 +120,6 @@ class RealCluster:
         return self.root / "pgids"
 
     # Life cycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> "RealCluster":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def start(self) -> "RealCluster":
-        """Builds what is missing, then starts every piece in order; on failure stops what
-        started and raises ClusterError."""
-        try:
-            self._start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _start(self) -> None:
         from hami_sim.realcluster import control_plane, node

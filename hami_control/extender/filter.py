@@ -39,8 +39,10 @@ def unavailable(leader, synced: Callable[[], bool]) -> str:
     if not leader.is_leader:
         holder = getattr(leader, "holder", "") or "nobody yet"
         return (f"this hami-control replica is not the leader (the lease is held by {holder});"
-                " only the leader filters and binds: point the extender at the Service, which "
-                "routes to the ready (leading) replica")
+                " only the leader filters and binds: point the extender at the "
+                "hami-control-leader Service, which selects the pod labelled "
+                "hami.io/control-leader=true (this connection is closed, so the retry goes "
+                "there)")
     if not synced():
         return ("hami-control has not finished listing nodes and pods since it started; "
                 "kube-scheduler retries the pod in a moment")

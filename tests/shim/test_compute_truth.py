@@ -22,7 +22,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 CONTENDED_TOLERANCE = 3.5  # the limiter that ignored contention was 15 to 60 points off
 
-# (name, mode, limit, device): two rounds (fewer processes at once on a small machine);
+# (name, mode, limit, device): three rounds (fewer processes at once on a small machine);
 # containers sharing a device contend.
 ALONE = [
     ("mixed-50x-30", "mixed", 30, 0),
@@ -32,11 +32,12 @@ ALONE = [
     ("sync-loop-20us-10", "tiny", 10, 4),
     ("long-kernels-10", "long", 10, 5),
 ]
-TOGETHER = [
+PAIRS = [
     ("mixed-contending-30", "mixed", 30, 0), ("mixed-neighbour-60", "batch", 60, 0),
     ("split-10", "batch", 10, 1), ("split-90", "batch", 90, 1),
-    ("trio-30a", "batch", 30, 2), ("trio-30b", "batch", 30, 2), ("trio-40", "batch", 40, 2),
 ]
+TRIO = [("trio-30a", "batch", 30, 2), ("trio-30b", "batch", 30, 2), ("trio-40", "batch", 40, 2)]
+TOGETHER = PAIRS + TRIO
 CASES = ALONE + TOGETHER
 
 
@@ -57,7 +58,9 @@ class Container(Tenant):
 @pytest.fixture(scope="module")
 def truth(tmp_path_factory):
     out = {}
-    for label, cases in (("alone", ALONE), ("together", TOGETHER)):
+    # The trio runs in a round of its own: seven busy processes at once on a 2-core machine
+    # starve the limiters' own threads of CPU (a trio member then got 20 % of its 30 %).
+    for label, cases in (("alone", ALONE), ("pairs", PAIRS), ("trio", TRIO)):
         tmp = tmp_path_factory.mktemp(label)
         base = sim_env(gpus=["40g/108"] * 6, state_dir=tmp / "sim")
         cs = [Container(base, tmp, *case) for case in cases]

@@ -7,14 +7,17 @@
  * may be waiting for a turn (k; none when ours is the only context), and the device's
  * utilization above this process's own charged share says whether they use it at all.
  *
- * A variable signature's sample (limiter.c settles those one by one) loses whole rounds of
- * the others' slices, k slices per round of (k + 1):
+ * A sample may contain up to k of the others' turns per round of (k + 1) (a turn ends early
+ * when its context idles, so anything from nothing to k slices), so it loses the most they
+ * can explain:
  *
- *     own = measured - k * slice * round(measured / ((k + 1) * slice))
+ *     own = measured - k * slice * max(1, round(measured / ((k + 1) * slice)))
  *
- * which halves a long kernel sharing the device with one saturating neighbour; a sample
- * shorter than one round loses the whole slices (0 to k) that best explain its excess over
- * the signature's mean, so that a short kernel that did not straddle a switch stays whole.
+ * but never less than the signature's base (costs.c: the least it took lately) nor more than
+ * the sample. That halves a long kernel sharing the device with one saturating neighbour and
+ * leaves a short kernel that straddled others' turns its usual cost; rounding a short
+ * sample's excess to whole slices instead charged a 100 us kernel that straddled two partial
+ * turns seven times its cost, and a container of three at 30/30/40 % got 11 % of its 30.
  * Steady signatures need none of it (their estimate is their least disturbed sample), but
  * their samples may differ by whole slices and still agree (vgpu_contention_explains), so
  * that others' turns do not make them variable. The slice is the driver's (`nvidia-smi
@@ -132,19 +135,16 @@ uint32_t vgpu_priority_limit(uint32_t pct)
     return cap / 10000 ? cap / 10000 : 1;
 }
 
-int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns)
+int64_t vgpu_own_time(int64_t measured_ns, int64_t least_ns)
 {
     int k = __atomic_load_n(&others, __ATOMIC_RELAXED);
     if (k <= 0)
         return measured_ns;
-    int64_t slice = timeslice(), slices;
-    if (expected_ns >= 0 && measured_ns < (k + 1) * slice) {
-        /* Shorter than one round: 0 to k others' slices, as many as explain the excess. */
-        slices = (int64_t)((double)(measured_ns - expected_ns) / (double)slice + 0.5);
-        slices = slices < 0 ? 0 : slices > k ? k : slices;
-    } else {
-        slices = k * (int64_t)((double)measured_ns / (double)((k + 1) * slice) + 0.5);
-    }
-    int64_t own = measured_ns - slices * slice;
+    int64_t slice = timeslice(), rounds = 1;
+    if (measured_ns >= (k + 1) * slice) /* our own turns inside it as well */
+        rounds = (int64_t)((double)measured_ns / (double)((k + 1) * slice) + 0.5);
+    int64_t own = measured_ns - rounds * k * slice;
+    own = own > least_ns ? own : least_ns;
+    own = own < measured_ns ? own : measured_ns;
     return own > 0 ? own : 0;
 }

@@ -5,14 +5,21 @@
  *
  * Two kinds of signature:
  *   steady    its last COST_SAMPLES samples agree (within STEADY_RATIO, or differ by host
- *             jitter or whole time slices of other contexts): the estimate is
- *             the smallest of its last ESTIMATE_OF samples (timing events can only measure too much: another
- *             context's time slice inside the pair); its first COST_SAMPLES launches are
+ *             jitter or whole time slices of other contexts): the estimate is the smallest
+ *             of its last ESTIMATE_OF samples; its first COST_SAMPLES launches are
  *             measured, then one in STEADY_EVERY (at most one per STEADY_MIN_GAP_NS) and
  *             at least one per STEADY_MAX_GAP_NS;
  *   variable  its samples disagree (a persistent kernel, a communication kernel whose time
  *             follows the message size, one kernel function used for work of any size): the
- *             estimate is their running mean and every launch is measured.
+ *             estimate is its base (below) and every launch is measured and settled.
+ *
+ * Samples are own times (contention.c takes the others' turns out). The base is the least a
+ * launch of the signature takes lately: it drops to any smaller sample at once and rises
+ * towards larger ones by at most 1/BASE_RISE of itself per sample, so that a cost that grows
+ * is followed (tens of samples per doubling) while samples inflated by others' turns, the
+ * usual excess of a shared device, barely move it. It is the lower bound of an own time, and
+ * a variable signature's price: a launch priced low is settled up by its measurement, while
+ * one priced high holds the container back until a credit that cannot come while it waits.
  *
  * The table is per process, fixed size and EVICTS: a new signature takes a free slot near its
  * hash or the least recently used one there, so programs with ever new shapes (tens of
@@ -30,10 +37,10 @@
 /* ... unless the difference is host jitter or whole time slices of other contexts
  * (vgpu_contention_explains): those are not a cost. */
 #define STEADY_EVERY 8    /* a steady signature is measured once in this many launches */
-#define ESTIMATE_OF 8     /* a steady estimate: the smallest of this many latest samples */
+#define ESTIMATE_OF 3     /* a steady estimate: the smallest of this many latest samples */
 #define CALM_SAMPLES 32   /* a variable signature becomes steady after this many agreeing (more
                            * than the short launches between two long ones of a mixed pattern) */
-#define MEAN_WEIGHT 16
+#define BASE_RISE 16
 #define USED_RESOLUTION_NS 1000000LL
 #define STEADY_MIN_GAP_NS 1000000LL  /* a steady signature is measured at most this often... */
 #define STEADY_MAX_GAP_NS 20000000LL /* ... and at least this often (a slow launcher's every) */
@@ -45,7 +52,7 @@ struct vgpu_cost {
     uint32_t count;
     int variable;
     uint32_t calm;         /* agreeing samples in a row since it last disagreed */
-    int64_t mean;          /* running mean of the samples (1/MEAN_WEIGHT per sample) */
+    int64_t base;          /* the least it takes lately (see the top); -1 before a sample */
     uint32_t since_sample; /* launches since the last measured one */
     int64_t sampled_ns;    /* when the last measured launch started */
     int64_t used;          /* time of a recent lookup (to the millisecond): for eviction */
@@ -86,7 +93,7 @@ static void claim(struct vgpu_cost *e, uint64_t key, int64_t now)
     e->count = 0;
     e->variable = 0;
     e->calm = 0;
-    e->mean = 0;
+    e->base = -1;
     e->since_sample = 0;
     e->sampled_ns = 0;
     e->used = now;
@@ -149,23 +156,18 @@ int vgpu_cost_variable(const struct vgpu_cost *c)
     return __atomic_load_n(&c->variable, __ATOMIC_RELAXED);
 }
 
-int64_t vgpu_cost_floor(const struct vgpu_cost *c)
+int64_t vgpu_cost_base(const struct vgpu_cost *c)
 {
-    pthread_mutex_lock(&table_lock);
-    uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
-    int64_t least = n ? c->samples[0] : -1;
-    for (uint32_t i = 1; i < n; i++)
-        least = c->samples[i] < least ? c->samples[i] : least;
-    pthread_mutex_unlock(&table_lock);
-    return least;
+    return __atomic_load_n(&c->base, __ATOMIC_RELAXED);
 }
 
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t own)
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t own)
 {
+    own = own < 0 ? 0 : own;
     pthread_mutex_lock(&table_lock);
-    c->samples[c->count++ % COST_SAMPLES] = ns < 0 ? 0 : ns;
+    c->samples[c->count++ % COST_SAMPLES] = own;
     uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
-    int64_t least = c->samples[0], most = c->samples[0], recent = ns;
+    int64_t least = c->samples[0], most = c->samples[0], recent = own;
     for (uint32_t i = 0; i < n; i++) {
         least = c->samples[i] < least ? c->samples[i] : least;
         most = c->samples[i] > most ? c->samples[i] : most;
@@ -174,7 +176,9 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t own)
         int64_t v = c->samples[(c->count - 1 - i) % COST_SAMPLES];
         recent = v < recent ? v : recent;
     }
-    c->mean = c->count == 1 ? own : c->mean + (own - c->mean) / MEAN_WEIGHT;
+    int64_t base = c->base, rise = base / BASE_RISE + 1;
+    base = base < 0 || own <= base ? own : own - base < rise ? own : base + rise;
+    __atomic_store_n(&c->base, base, __ATOMIC_RELAXED);
     /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
      * pattern like 19 short launches and one long one must not look steady in between. */
     if (n >= 2 && (double)most > STEADY_RATIO * (double)least &&
@@ -182,6 +186,6 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t own)
         c->calm = 0, c->variable = 1;
     else if (c->variable && ++c->calm >= CALM_SAMPLES)
         c->variable = 0;
-    __atomic_store_n(&c->estimate, c->variable ? c->mean : recent, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->estimate, c->variable ? base : recent, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&table_lock);
 }

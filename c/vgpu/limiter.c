@@ -56,19 +56,12 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32
 {
     int64_t before = cost ? vgpu_cost_estimate(cost) : -1;
     int steady = cost && before >= 0 && !vgpu_cost_variable(cost);
-    /* Others' slices come out of a variable signature's samples only (a steady one's
-     * estimate is its least disturbed sample), and never below the smallest sample measured
-     * recently: a kernel that lasts whole slices is not shortened to less than it ever took.
-     * A signature's first sample is settled whole: it may overcharge once, never under. */
-    int64_t own = measured_ns;
-    if (!steady && before >= 0) {
-        int64_t floor = vgpu_cost_floor(cost);
-        own = vgpu_own_time(measured_ns, before);
-        own = own < floor ? (floor < measured_ns ? floor : measured_ns) : own;
-    }
+    /* Others' turns come out of every sample but a signature's first (settled whole: it may
+     * overcharge once, never under); never below what the signature took lately. */
+    if (before >= 0)
+        measured_ns = vgpu_own_time(measured_ns, vgpu_cost_base(cost));
     if (cost)
-        vgpu_cost_sample(cost, measured_ns, own);
-    measured_ns = own;
+        vgpu_cost_sample(cost, measured_ns);
     __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);
     if (steady)
         return; /* its samples agree with its estimate (or this one makes it variable) */

@@ -11,7 +11,7 @@
  *              figures hami-smi shows (achieved share per window, wake-ups).
  *   costs.c    what a launch is charged before it runs: per kernel signature (function,
  *              grid, block, device) or graph exec, steady (the smallest recent sample) or
- *              variable (the mean; every launch measured and settled as a debt); evicting.
+ *              variable (its base; every launch measured and settled as a debt); evicting.
  *   contention.c  own time versus the time slices the device gave other contexts, and the
  *              priority rule (CUDA_TASK_PRIORITY) between containers sharing a device.
  *   measure.c  measuring: timing events recorded around sampled launches on the launch's
@@ -106,11 +106,11 @@ int vgpu_cost_variable(const struct vgpu_cost *c);
 int vgpu_cost_due(struct vgpu_cost *c, int64_t now);
 /* The launches a measurement starting now stands for (since the last one), and resets it. */
 uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now);
-/* Adds a measured duration (`ns` as measured, `own` without others' slices); updates the
- * estimate (steady: the smallest measured; variable: the mean own time) and the kind. */
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t ns, int64_t own);
-/* The smallest of the signature's recent measured durations, -1 before the first. */
-int64_t vgpu_cost_floor(const struct vgpu_cost *c);
+/* Adds a measured own time (without others' turns); updates the base, the estimate
+ * (steady: the smallest recent sample; variable: the base) and the kind. */
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t own);
+/* The least a launch of the signature takes lately (see costs.c), -1 before a sample. */
+int64_t vgpu_cost_base(const struct vgpu_cost *c);
 
 /* ---- measure.c: timing events, per thread ---- */
 /* Called for each finished measurement: what was charged, how many launches of the signature
@@ -133,9 +133,9 @@ void vgpu_contention_refresh(int rec, int64_t now);
 int vgpu_contention_explains(int64_t excess_ns);
 /* The limit in effect: `pct`, or less for a lower-priority container on a saturated device. */
 uint32_t vgpu_priority_limit(uint32_t pct);
-/* A measured event-pair time without the other contexts' time slices it contains, given
- * what the launch was expected to cost (-1: unknown). */
-int64_t vgpu_own_time(int64_t measured_ns, int64_t expected_ns);
+/* A measured event-pair time without the other contexts' turns it may contain, never below
+ * `least_ns` (the signature's base; -1: unknown) nor above the measurement. */
+int64_t vgpu_own_time(int64_t measured_ns, int64_t least_ns);
 
 /* ---- cu_capture.c: stream capture ---- */
 /* Non-zero while some stream of this process may be capturing. */

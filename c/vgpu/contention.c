@@ -18,9 +18,8 @@
  * leaves a short kernel that straddled others' turns its usual cost; rounding a short
  * sample's excess to whole slices instead charged a 100 us kernel that straddled two partial
  * turns seven times its cost, and a container of three at 30/30/40 % got 11 % of its 30.
- * Steady signatures need none of it (their estimate is their least disturbed sample), but
- * their samples may differ by whole slices and still agree (vgpu_contention_explains), so
- * that others' turns do not make them variable. The slice is the driver's (`nvidia-smi
+ * Samples that still differ by whole slices agree (vgpu_contention_explains), so that others'
+ * turns do not make a signature variable. The slice is the driver's (`nvidia-smi
  * compute-policy --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
  *
  * Priority (CUDA_TASK_PRIORITY, HAMi's: 0 is the highest and the default). When containers

@@ -20,11 +20,10 @@
  * are settled; charging steady samples' small excess would charge the host's launch latency
  * that every event pair on an idle stream includes, not device time.
  *
- * Own time and others' time: an event pair includes any time slice the device gave another
- * context while the kernel ran. A steady signature's estimate is the smallest of its recent
- * samples, the least disturbed; a variable one's samples lose the slices that contention.c
- * says the device's sharing implies before they are settled (a signature's first sample is
- * settled whole: it may overcharge once, never undercharge).
+ * Own time and others' time: an event pair includes any turn the device gave another context
+ * while the kernel ran; every sample but a signature's first loses what contention.c says the
+ * device's sharing can explain, down to the signature's base (a first sample is settled whole:
+ * it may overcharge once, never undercharge).
  */
 #include "limiter.h"
 

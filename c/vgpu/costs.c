@@ -14,7 +14,7 @@
  *             estimate is its base (below) and every launch is measured and settled.
  *
  * Samples are own times (contention.c takes the others' turns out). The base is the least a
- * launch of the signature takes lately: it drops to any smaller sample at once and rises
+ * launch of the signature takes lately: it drops to any smaller measurement at once and rises
  * towards larger ones by at most 1/BASE_RISE of itself per sample, so that a cost that grows
  * is followed (tens of samples per doubling) while samples inflated by others' turns, the
  * usual excess of a shared device, barely move it. It is the lower bound of an own time, and
@@ -161,7 +161,7 @@ int64_t vgpu_cost_base(const struct vgpu_cost *c)
     return __atomic_load_n(&c->base, __ATOMIC_RELAXED);
 }
 
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t own)
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t measured, int64_t own)
 {
     own = own < 0 ? 0 : own;
     pthread_mutex_lock(&table_lock);
@@ -177,7 +177,9 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t own)
         recent = v < recent ? v : recent;
     }
     int64_t base = c->base, rise = base / BASE_RISE + 1;
-    base = base < 0 || own <= base ? own : own - base < rise ? own : base + rise;
+    /* From the measurement, not the own time (which the base bounds below): else a cost that
+     * grows while the device is shared would never lift it. */
+    base = base < 0 || measured <= base ? measured : measured - base < rise ? measured : base + rise;
     __atomic_store_n(&c->base, base, __ATOMIC_RELAXED);
     /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
      * pattern like 19 short launches and one long one must not look steady in between. */

@@ -57,10 +57,10 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32
     int steady = cost && before >= 0 && !vgpu_cost_variable(cost);
     /* Others' turns come out of every sample but a signature's first (settled whole: it may
      * overcharge once, never under); never below what the signature took lately. */
-    if (before >= 0)
-        measured_ns = vgpu_own_time(measured_ns, vgpu_cost_base(cost));
+    int64_t own = before >= 0 ? vgpu_own_time(measured_ns, vgpu_cost_base(cost)) : measured_ns;
     if (cost)
-        vgpu_cost_sample(cost, measured_ns);
+        vgpu_cost_sample(cost, measured_ns, own);
+    measured_ns = own;
     __atomic_store_n(&typical_ns, measured_ns, __ATOMIC_RELAXED);
     if (steady)
         return; /* its samples agree with its estimate (or this one makes it variable) */

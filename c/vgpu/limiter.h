@@ -106,9 +106,9 @@ int vgpu_cost_variable(const struct vgpu_cost *c);
 int vgpu_cost_due(struct vgpu_cost *c, int64_t now);
 /* The launches a measurement starting now stands for (since the last one), and resets it. */
 uint32_t vgpu_cost_take_weight(struct vgpu_cost *c, int64_t now);
-/* Adds a measured own time (without others' turns); updates the base, the estimate
- * (steady: the smallest recent sample; variable: the base) and the kind. */
-void vgpu_cost_sample(struct vgpu_cost *c, int64_t own);
+/* Adds a sample (as measured, and its own time without others' turns); updates the base,
+ * the estimate (steady: the smallest recent own time; variable: the base) and the kind. */
+void vgpu_cost_sample(struct vgpu_cost *c, int64_t measured, int64_t own);
 /* The least a launch of the signature takes lately (see costs.c), -1 before a sample. */
 int64_t vgpu_cost_base(const struct vgpu_cost *c);
 

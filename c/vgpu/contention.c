@@ -126,6 +126,13 @@ int vgpu_contention_explains(int64_t excess_ns)
            (rest <= slice / 8 + JITTER_NS || rest >= slice - slice / 8);
 }
 
+int vgpu_contention_grew(int64_t excess_ns)
+{
+    /* Others' turns leave some of a few samples clean, and a saturating neighbour's add a
+     * slice; a cost that grows moves every sample, a little. */
+    return __atomic_load_n(&others, __ATOMIC_RELAXED) <= 0 || excess_ns < timeslice() / 2;
+}
+
 uint32_t vgpu_priority_limit(uint32_t pct)
 {
     uint32_t cap = __atomic_load_n(&yield_ppm, __ATOMIC_RELAXED);

@@ -14,9 +14,9 @@
  *             estimate is its base (below) and every launch is measured and settled.
  *
  * Samples are own times (contention.c takes the others' turns out). The base is the least a
- * launch of the signature takes lately: it drops to any smaller measurement at once and rises
- * towards larger ones by at most 1/BASE_RISE of itself per sample, so that a cost that grows
- * is followed (tens of samples per doubling) while samples inflated by others' turns, the
+ * launch of the signature takes lately: it drops to any smaller own time at once and rises
+ * towards larger ones by at most 1/BASE_RISE of itself per sample (next_base), so that a cost
+ * that grows is followed (a doubling in a dozen samples) while samples inflated by others' turns, the
  * usual excess of a shared device, barely move it. It is the lower bound of an own time, and
  * a variable signature's price: a launch priced low is settled up by its measurement, while
  * one priced high holds the container back until a credit that cannot come while it waits.
@@ -48,7 +48,8 @@
 struct vgpu_cost {
     uint64_t key;          /* 0: free */
     int64_t estimate;      /* ns; -1 until measured */
-    int64_t samples[COST_SAMPLES];
+    int64_t samples[COST_SAMPLES]; /* own times */
+    int64_t measured[ESTIMATE_OF]; /* the latest measurements, as measured */
     uint32_t count;
     int variable;
     uint32_t calm;         /* agreeing samples in a row since it last disagreed */
@@ -161,13 +162,28 @@ int64_t vgpu_cost_base(const struct vgpu_cost *c)
     return __atomic_load_n(&c->base, __ATOMIC_RELAXED);
 }
 
+/* The base after a sample (see the top): down to the own time at once, up by at most
+ * 1/BASE_RISE of itself towards the own time, or towards the latest measurements' least when
+ * all of them exceed the base by less than others' turns are made of (contention.c): a cost
+ * that grows while the device is shared, which the own time (bounded below by the base)
+ * cannot show. */
+static int64_t next_base(int64_t base, int64_t own, int64_t clean)
+{
+    if (base < 0 || own < base)
+        return own;
+    int64_t target = clean > own && vgpu_contention_grew(clean - base) ? clean : own;
+    int64_t rise = base / BASE_RISE + 1;
+    return target - base < rise ? target : base + rise;
+}
+
 void vgpu_cost_sample(struct vgpu_cost *c, int64_t measured, int64_t own)
 {
     own = own < 0 ? 0 : own;
     pthread_mutex_lock(&table_lock);
+    c->measured[c->count % ESTIMATE_OF] = measured;
     c->samples[c->count++ % COST_SAMPLES] = own;
     uint32_t n = c->count < COST_SAMPLES ? c->count : COST_SAMPLES;
-    int64_t least = c->samples[0], most = c->samples[0], recent = own;
+    int64_t least = c->samples[0], most = c->samples[0], recent = own, clean = measured;
     for (uint32_t i = 0; i < n; i++) {
         least = c->samples[i] < least ? c->samples[i] : least;
         most = c->samples[i] > most ? c->samples[i] : most;
@@ -175,12 +191,10 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t measured, int64_t own)
     for (uint32_t i = 1; i < ESTIMATE_OF && i < n; i++) { /* follows a growing cost sooner */
         int64_t v = c->samples[(c->count - 1 - i) % COST_SAMPLES];
         recent = v < recent ? v : recent;
+        v = c->measured[(c->count - 1 - i) % ESTIMATE_OF];
+        clean = v < clean ? v : clean;
     }
-    int64_t base = c->base, rise = base / BASE_RISE + 1;
-    /* From the measurement, not the own time (which the base bounds below): else a cost that
-     * grows while the device is shared would never lift it. */
-    base = base < 0 || measured <= base ? measured : measured - base < rise ? measured : base + rise;
-    __atomic_store_n(&c->base, base, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->base, next_base(c->base, own, clean), __ATOMIC_RELAXED);
     /* Once variable, a signature stays so until it agreed for CALM_SAMPLES samples: a
      * pattern like 19 short launches and one long one must not look steady in between. */
     if (n >= 2 && (double)most > STEADY_RATIO * (double)least &&
@@ -188,6 +202,6 @@ void vgpu_cost_sample(struct vgpu_cost *c, int64_t measured, int64_t own)
         c->calm = 0, c->variable = 1;
     else if (c->variable && ++c->calm >= CALM_SAMPLES)
         c->variable = 0;
-    __atomic_store_n(&c->estimate, c->variable ? base : recent, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->estimate, c->variable ? c->base : recent, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&table_lock);
 }

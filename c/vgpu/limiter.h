@@ -131,6 +131,9 @@ void vgpu_contention_refresh(int rec, int64_t now);
 /* Whether two samples of a kernel may differ by `excess_ns` without its cost changing: host
  * jitter (100 us), or whole time slices of other contexts on a shared device. */
 int vgpu_contention_explains(int64_t excess_ns);
+/* Whether every one of a signature's latest samples exceeding its base by `excess_ns` means
+ * that its cost grew rather than that others' turns came in between (under half a slice). */
+int vgpu_contention_grew(int64_t excess_ns);
 /* The limit in effect: `pct`, or less for a lower-priority container on a saturated device. */
 uint32_t vgpu_priority_limit(uint32_t pct);
 /* A measured event-pair time without the other contexts' turns it may contain, never below

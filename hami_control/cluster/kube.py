@@ -155,7 +155,9 @@ class KubeApi:
         for resp in open_watches:
             try:
                 resp.shutdown()  # unblocks a reader waiting in recv (urllib3 >= 2.3)
-            except (AttributeError, OSError):
+            except (AttributeError, OSError, RuntimeError, ValueError):
+                # older urllib3, or the watch ended meanwhile and its connection went back to
+                # the pool (RuntimeError): nothing is blocked on it any more
                 resp.close()
 
     # --- PodNodeApi ----------------------------------------------------------------------

@@ -72,8 +72,8 @@ function gpuRow(node, g) {
 
 function nodeRow(node) {
   const err = node.scrape_error ? " · metrics unavailable" : "";
-  return `<div class="row node" data-node="${esc(node.name)}">${esc(node.name)}` +
-    ` <small>${node.gpus.length} GPUs${err}</small></div>`;
+  return `<div class="row node" data-node="${esc(node.name)}"><span>${esc(node.name)}` +
+    ` <small>${node.gpus.length} GPUs${err}</small></span></div>`;
 }
 
 function drawRows() {
@@ -132,7 +132,7 @@ function drawDetail(snap) {
     `${color(pod.key)}"></span>${esc(g[0])}</td><td>${mib(g[1])}</td><td>${g[2]}%</td></tr>`);
   const limits = Object.entries(pod.limits).map(([c, l]) => `<tr><td>${esc(c)}</td><td colspan=2>` +
     `${esc(Object.entries(l).map(([k, v]) => `${k}=${v}`).join(" "))}</td></tr>`);
-  const use = pod.use.map((u) => `<tr><td>${esc(u[0])} on ${esc(u[1].slice(0, 12))}…</td><td>` +
+  const use = pod.use.map((u) => `<tr class="use"><td>${esc(u[0])} on ${esc(u[1].slice(0, 12))}…</td><td>` +
     `${u[2] == null ? "–" : mib(Math.round(u[2] / 1048576))}</td><td>` +
     `${u[3] == null ? "–" : Math.round(u[3]) + "%"}</td></tr>`);
   const events = snap.events.filter((e) => e.pod === pod.key).slice(-10)

@@ -32,9 +32,9 @@ class RunningCluster:
     url: str
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster():
-    """`hami-sim cluster up` with its dashboard; stopped (and checked gone) after the module."""
+    """`hami-sim cluster up` with its dashboard, for the tier; killed at the end."""
     from kubernetes import client
     from hami_sim.kubeconfig import api_client_from_kubeconfig
     with tempfile.TemporaryDirectory(prefix="hami-dash-") as tmp:

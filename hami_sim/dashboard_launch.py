@@ -34,6 +34,7 @@ def dashboard_args(root: Path, listen: str = "127.0.0.1:0") -> list:
 def write_node_metrics(root: Path, urls: dict) -> None:
     """Writes node -> URL atomically (hami-control may read it at any moment)."""
     path = node_metrics_file(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({k: v for k, v in urls.items() if v}))
     os.replace(tmp, path)

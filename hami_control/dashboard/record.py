@@ -63,10 +63,12 @@ class Record:
         self.agents: dict = {}          # node -> IP of the node agent's pod there
         self.events: deque = deque(maxlen=RING)
         self._seq = itertools.count(1)
+        self.version = 0                # bumped on every change (the snapshot's fingerprint)
 
     def event(self, kind: str, text: str, pod: str = "", node: str = "", gpu: str = "") -> None:
         """Adds one event to the ring."""
         with self.lock:
+            self.version += 1
             self.events.append({"seq": next(self._seq), "at": self.clock(), "kind": kind,
                                 "text": text, "pod": pod, "node": node, "gpu": gpu})
 
@@ -78,6 +80,7 @@ class Record:
         key = pod_key(pod)
         if deleted:
             with self.lock:
+                self.version += 1
                 known = self.pods.pop(key, None)
                 self.refusals.pop(key, None)
             if known is not None and known.limits:
@@ -90,6 +93,7 @@ class Record:
                          _limits(pod),
                          None if node else _pending_request(pod, self.defaults))
         with self.lock:
+            self.version += 1
             before = self.pods.get(key)
             self.pods[key] = facts
             if node:
@@ -101,6 +105,7 @@ class Record:
         node = str((pod.get("spec") or {}).get("nodeName") or "")
         ip = str((pod.get("status") or {}).get("podIP") or "")
         with self.lock:
+            self.version += 1
             if deleted or not ip:
                 self.agents.pop(node, None)
             elif node:
@@ -116,11 +121,13 @@ class Record:
         error = answer.get("Error") or answer.get("error") or ""
         if answer.get("NodeNames") or answer.get("nodeNames"):
             with self.lock:
-                self.refusals.pop(key, None)
+                if self.refusals.pop(key, None) is not None:
+                    self.version += 1
             return
         reason = error or "; ".join(f"{n}: {why}" for n, why in sorted(failed.items())[:20]) \
             or "no node passed"
         with self.lock:
+            self.version += 1
             before = self.refusals.get(key)
             self.refusals[key] = (self.clock(), reason)
         if before is None or before[1] != reason:

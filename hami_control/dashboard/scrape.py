@@ -100,6 +100,7 @@ class Scraper:
         self.urls, self.nodes, self.period_s, self.on_round = urls, nodes, period_s, on_round
         self.get = get
         self._latest: dict = {}         # node -> parse() result or {"error": text}
+        self.rounds = 0                 # scrape rounds done (the snapshot's fingerprint)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dashboard-scrape", daemon=True)
@@ -132,6 +133,7 @@ class Scraper:
         results = dict(zip([n for n, _ in targets], pool.map(self._one, [u for _, u in targets])))
         with self._lock:
             self._latest = results
+            self.rounds += 1
         self.on_round()
 
     def _one(self, url: str) -> dict:

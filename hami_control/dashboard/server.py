@@ -1,6 +1,7 @@
 """The dashboard's HTTP side: the static page (static/, hand-written, no build step) and
 GET /api/snapshot, cached for a moment and answered 304 when the page already has it, so that
 a second browser tab or a quick poll costs no rebuild and no transfer."""
+import gzip
 import hashlib
 import json
 import logging
@@ -19,26 +20,59 @@ from hami_control.server.wsgi import HttpServer
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 FRESH_S = 0.4           # a snapshot younger than this is served again (polls, several tabs)
+WATCHED_S = 60.0        # kept fresh ahead of requests while a page polled this lately
 
 
 class SnapshotCache:
-    """The last snapshot's JSON and ETag; rebuilt when older than FRESH_S."""
+    """The last snapshot's JSON and ETag. It is built again only when its fingerprint changed
+    (at most every FRESH_S), by a thread while someone looked lately, so that a page's poll
+    (and a new visitor's first paint) finds it ready; otherwise on request."""
 
-    def __init__(self, build, on_built=lambda snap: None):
-        self.build, self.on_built = build, on_built
+    def __init__(self, build, fingerprint, on_built=lambda snap: None):
+        self.build, self.fingerprint, self.on_built = build, fingerprint, on_built
         self._lock = threading.Lock()
-        self._made, self._body, self._etag = 0.0, b"", ""
+        self._made, self._print, self._body, self._etag = 0.0, None, b"", ""
+        self._gzipped = b""
+        self._asked = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="dashboard-snapshot",
+                                        daemon=True)
 
-    def get(self) -> tuple:
-        """(JSON bytes, ETag)."""
+    def get(self, gzipped: bool = False) -> tuple:
+        """(JSON bytes, gzip-compressed if asked, ETag)."""
         with self._lock:
-            if time.monotonic() - self._made >= FRESH_S or not self._body:
-                snap = self.build()
-                self.on_built(snap)
-                self._body = json.dumps(snap, separators=(",", ":")).encode()
-                self._etag = '"' + hashlib.sha1(self._body).hexdigest()[:20] + '"'
-                self._made = time.monotonic()
-            return self._body, self._etag
+            self._asked = time.monotonic()
+            if not self._body or time.monotonic() - self._made >= FRESH_S:
+                self._refresh()
+            return (self._gzipped if gzipped else self._body), self._etag
+
+    def _refresh(self) -> None:
+        mark = self.fingerprint()
+        if self._body and mark == self._print:
+            return
+        snap = self.build()
+        self.on_built(snap)
+        self._body = json.dumps(snap, separators=(",", ":")).encode()
+        # Once per build: an openb-size snapshot is megabytes of repetitive JSON.
+        self._gzipped = gzip.compress(self._body, compresslevel=1)
+        self._etag = '"' + hashlib.sha1(self._body).hexdigest()[:20] + '"'
+        self._made, self._print = time.monotonic(), mark
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._body or time.monotonic() - self._asked < WATCHED_S:
+                    self._refresh()
+            if self._stop.wait(FRESH_S):
+                return
+
+    def start(self) -> None:
+        """Keeps the snapshot fresh in a thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops the thread."""
+        self._stop.set()
 
 
 def make_app(cache: SnapshotCache) -> bottle.Bottle:
@@ -55,11 +89,14 @@ def make_app(cache: SnapshotCache) -> bottle.Bottle:
 
     @app.get("/api/snapshot")
     def snap():
-        body, etag = cache.get()
-        headers = {"ETag": etag, "Cache-Control": "no-cache"}
+        gzipped = "gzip" in bottle.request.headers.get("Accept-Encoding", "")
+        body, etag = cache.get(gzipped)
+        headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
         if bottle.request.headers.get("If-None-Match") == etag:
             return bottle.HTTPResponse(status=304, headers=headers)
         headers["Content-Type"] = "application/json"
+        if gzipped:
+            headers["Content-Encoding"] = "gzip"
         return bottle.HTTPResponse(body, headers=headers)
 
     @app.get("/healthz")
@@ -69,7 +106,8 @@ def make_app(cache: SnapshotCache) -> bottle.Bottle:
 
 
 class HealthNews:
-    """Turns GPU health changes between snapshots into events."""
+    """Turns GPU health changes and newly counted XIDs between snapshots into events (the
+    agent's Unhealthy verdict and its XID count come by different paths, in either order)."""
 
     def __init__(self, record: Record):
         self.record, self._seen = record, {}
@@ -78,13 +116,20 @@ class HealthNews:
         fresh = []
         for node in snap["nodes"]:
             for g in node["gpus"]:
+                xids = set(g.get("xids", ()))
                 before = self._seen.get(g["uuid"])
-                self._seen[g["uuid"]] = g["healthy"]
-                if before is not None and before != g["healthy"]:
-                    xids = ",".join(map(str, g.get("xids", []))) or "none counted"
-                    text = (f"GPU {g['index']} of {node['name']} ({g['uuid']}) "
-                            + (f"Unhealthy (XID {xids})" if not g["healthy"] else "Healthy again"))
-                    fresh.append((text, node["name"], g["uuid"]))
+                self._seen[g["uuid"]] = (g["healthy"], xids)
+                if before is None:
+                    continue
+                name = f"GPU {g['index']} of {node['name']} ({g['uuid']})"
+                new = sorted(xids - before[1])
+                said = f" (XID {','.join(map(str, new))})" if new else ""
+                if before[0] != g["healthy"]:
+                    fresh.append((f"{name} {'Healthy again' if g['healthy'] else 'Unhealthy'}"
+                                  f"{said}", node["name"], g["uuid"]))
+                elif new:
+                    fresh.append((f"{name}: XID {','.join(map(str, new))}", node["name"],
+                                  g["uuid"]))
         for text, node, uuid in fresh:
             self.record.event("health", text, node=node, gpu=uuid)
         if fresh:
@@ -102,6 +147,7 @@ class Dashboard:
                                state.node_names, config.scrape_period_s)
         self.cache = SnapshotCache(
             lambda: snapshot.build(self.state, self.record, self.scraper.latest()),
+            lambda: snapshot.fingerprint(self.state, self.record, self.scraper),
             HealthNews(self.record))
         self.server: Optional[HttpServer] = None
 
@@ -121,11 +167,13 @@ class Dashboard:
         self.server = HttpServer(make_app(self.cache), self.config.host, self.config.port,
                                  threads=4, flag="--dashboard-listen").start()
         self.scraper.start()
+        self.cache.start()
         return self
 
     def stop(self) -> None:
         """Stops serving and scraping."""
         self.scraper.stop()
+        self.cache.stop()
         if self.server is not None:
             self.server.stop()
 

@@ -24,6 +24,15 @@ def _copy_view(state) -> tuple:
     return nodes, reservations
 
 
+def fingerprint(state, record, scraper) -> tuple:
+    """What changes whenever the snapshot would: nodes coming or going, any node's usage (its
+    version), the Record, a scrape round. Cheap (one sum over the node versions)."""
+    with state.lock:
+        view = state.view
+        nodes = (view.epoch, len(view.nodes), int(view.versions.sum()) if view.nodes else 0)
+    return nodes + (record.version, scraper.rounds)
+
+
 def _holders(reservations) -> dict:
     """uuid -> [[pod, MiB, cores], ...] and pod -> its GPUs, from the reservations."""
     on_gpu, of_pod = {}, {}

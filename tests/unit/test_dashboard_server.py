@@ -1,6 +1,7 @@
 """hami-control's dashboard, server side: what the Record keeps (pods, refusals, agents), the
 snapshot (pods on GPUs, pending reasons, fragmentation, measured use), the scrape of a node
 agent's exposition, the flags, and the HTTP answers (page, JSON, 304)."""
+import gzip
 import json
 import urllib.error
 import urllib.request
@@ -147,6 +148,11 @@ def test_the_page_and_the_snapshot_over_http_with_etags():
         with urllib.request.urlopen(dash.url + "/api/snapshot") as resp:
             etag, body = resp.headers["ETag"], json.loads(resp.read())
         assert body["overview"]["usedmem"] == 2048
+        zipped = urllib.request.Request(dash.url + "/api/snapshot",
+                                        headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(zipped) as resp:
+            assert resp.headers["Content-Encoding"] == "gzip"
+            assert json.loads(gzip.decompress(resp.read())) == body
         request = urllib.request.Request(dash.url + "/api/snapshot",
                                          headers={"If-None-Match": etag})
         with pytest.raises(urllib.error.HTTPError) as e:

@@ -130,7 +130,7 @@ def build(state, record, scrapes: dict, now=None) -> dict:
                "use": use.get(key, [])}
         pod_rows.append(row)
         if facts is not None and not row["node"] and facts.phase == "Pending":
-            when, reason = refusals.get(key, (None, "waiting for the scheduler"))
+            _when, reason = refusals.get(key, (None, "waiting for the scheduler"))
             pending.append({"key": key, "reason": reason, "since": facts.created})
             if facts.request is not None:
                 for ctr in facts.request.containers:

@@ -20,59 +20,78 @@ from hami_control.server.wsgi import HttpServer
 log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 FRESH_S = 0.4           # a snapshot younger than this is served again (polls, several tabs)
-WATCHED_S = 60.0        # kept fresh ahead of requests while a page polled this lately
+WATCHED_S = 60.0        # rebuilt every FRESH_S while a page polled this lately,
+UNWATCHED_S = 10.0      # else this often (a new visitor's first paint is at most this old)
 
 
 class SnapshotCache:
-    """The last snapshot's JSON and ETag. It is built again only when its fingerprint changed
-    (at most every FRESH_S), by a thread while someone looked lately, so that a page's poll
-    (and a new visitor's first paint) finds it ready; otherwise on request."""
+    """The last snapshot's JSON (plain and gzipped) and ETag, built by a thread: every FRESH_S
+    while a page polled within WATCHED_S, else every UNWATCHED_S, and only when its
+    fingerprint changed. A request is answered from what is built (waking the thread when it
+    is old), so neither a poll nor a new visitor's first paint waits for a build; only the
+    very first request, before anything was built, does."""
 
     def __init__(self, build, fingerprint, on_built=lambda snap: None):
         self.build, self.fingerprint, self.on_built = build, fingerprint, on_built
-        self._lock = threading.Lock()
-        self._made, self._print, self._body, self._etag = 0.0, None, b"", ""
-        self._gzipped = b""
+        self._lock = threading.Lock()           # the fields below
+        self._building = threading.Lock()       # one build at a time
+        self._made, self._print, self._body, self._gzipped, self._etag = 0.0, None, b"", b"", ""
         self._asked = 0.0
-        self._stop = threading.Event()
+        self._wake, self._stop = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dashboard-snapshot",
                                         daemon=True)
 
     def get(self, gzipped: bool = False) -> tuple:
         """(JSON bytes, gzip-compressed if asked, ETag)."""
         with self._lock:
-            self._asked = time.monotonic()
-            if not self._body or time.monotonic() - self._made >= FRESH_S:
-                self._refresh()
+            self._asked = now = time.monotonic()
+            ready, old = bool(self._body), now - self._made >= FRESH_S
+        if not ready:
+            self.refresh()
+        elif old:
+            self._wake.set()
+        with self._lock:
             return (self._gzipped if gzipped else self._body), self._etag
 
-    def _refresh(self) -> None:
-        mark = self.fingerprint()
-        if self._body and mark == self._print:
-            return
-        snap = self.build()
-        self.on_built(snap)
-        self._body = json.dumps(snap, separators=(",", ":")).encode()
-        # Once per build: an openb-size snapshot is megabytes of repetitive JSON.
-        self._gzipped = gzip.compress(self._body, compresslevel=1)
-        self._etag = '"' + hashlib.sha1(self._body).hexdigest()[:20] + '"'
-        self._made, self._print = time.monotonic(), mark
+    def refresh(self) -> None:
+        """Builds the snapshot again if its fingerprint changed."""
+        with self._building:
+            mark = self.fingerprint()
+            with self._lock:
+                if self._body and mark == self._print:
+                    self._made = time.monotonic()       # checked: still current
+                    return
+            snap = self.build()
+            self.on_built(snap)
+            body = json.dumps(snap, separators=(",", ":")).encode()
+            # Once per build: an openb-size snapshot is megabytes of repetitive JSON.
+            zipped = gzip.compress(body, compresslevel=1)
+            etag = '"' + hashlib.sha1(body).hexdigest()[:20] + '"'
+            with self._lock:
+                self._body, self._gzipped, self._etag = body, zipped, etag
+                self._made, self._print = time.monotonic(), mark
 
     def _loop(self) -> None:
         while True:
             with self._lock:
-                if not self._body or time.monotonic() - self._asked < WATCHED_S:
-                    self._refresh()
-            if self._stop.wait(FRESH_S):
+                now = time.monotonic()
+                due = (now - self._made >= UNWATCHED_S or
+                       (now - self._asked < WATCHED_S and now - self._made >= FRESH_S))
+            if due:
+                self.refresh()
+            self._wake.wait(FRESH_S)
+            self._wake.clear()
+            if self._stop.is_set():
                 return
 
     def start(self) -> None:
-        """Keeps the snapshot fresh in a thread."""
+        """Builds and keeps building in a thread."""
         self._thread.start()
 
     def stop(self) -> None:
         """Stops the thread."""
         self._stop.set()
+        self._wake.set()
 
 
 def make_app(cache: SnapshotCache) -> bottle.Bottle:

@@ -32,9 +32,10 @@ class RunningCluster:
     url: str
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster():
-    """`hami-sim cluster up` with its dashboard, for the tier; killed at the end."""
+    """`hami-sim cluster up` with its dashboard; killed after the module (its pods keep the
+    CPUs busy: nothing of it may outlive the module)."""
     from kubernetes import client
     from hami_sim.kubeconfig import api_client_from_kubeconfig
     with tempfile.TemporaryDirectory(prefix="hami-dash-") as tmp:

@@ -1,8 +1,11 @@
 """The dashboard in a real browser against `hami-sim cluster up`: the demo's pods on the GPUs
 their annotations name, a pending pod with its reason, live updates (a new pod, an XID that
-makes a GPU Unhealthy) without a reload, the search, and a screenshot (test-artifacts/)."""
+makes a GPU Unhealthy) without a reload, the search, and a screenshot (test-artifacts/).
+On the same running cluster: deploy/grafana/'s queries name only metrics that hami-control
+and hami-node really export."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -14,6 +17,7 @@ from hami_sim.demo.examples import load_examples
 from hami_sim.gpu import sim_env
 
 from browserhelpers import ARTIFACTS, EXAMPLES, long_running, wait_bound
+from promql import DASHBOARDS, exported_names, metric_names, queries, scrape
 
 LIVE_S = 2.0        # the issue's budget from a change to the page showing it
 
@@ -133,3 +137,24 @@ def _search_finds_a_pod(browser, key: str, truth: dict) -> None:
                        ".map(r => r.dataset.uuid)")
     assert truth[key] <= set(shown)
     browser.type_into("#search", "")
+
+
+def test_metric_names_parse_out_of_promql():
+    assert metric_names('sum by (le) (rate(a_b_bucket{x="y(z)"}[5m])) / on (ns) group_left '
+                        'c:d * 100 or vector(0)') == {"a_b_bucket", "c:d"}
+
+
+def test_every_grafana_query_names_an_exported_metric(cluster):
+    assert DASHBOARDS, "no dashboard in deploy/grafana"
+    exported = exported_names(scrape(cluster))
+    assert {"GPUDeviceMemoryAllocated", "HostGPUMemoryUsage"} <= exported   # both scraped
+    for path in DASHBOARDS:
+        dashboard = json.loads(path.read_text())
+        exprs = queries(dashboard)
+        assert len(exprs) >= 10, path
+        for expr in exprs:
+            names = metric_names(expr)
+            assert names, f"{path.name}: no metric in {expr!r}"
+            missing = names - exported
+            assert not missing, f"{path.name}: {expr!r} reads {sorted(missing)}, which no " \
+                                "component exports"

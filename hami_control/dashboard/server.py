@@ -1,6 +1,7 @@
 """The dashboard's HTTP side: the static page (static/, hand-written, no build step) and
-GET /api/snapshot, cached for a moment and answered 304 when the page already has it, so that
-a second browser tab or a quick poll costs no rebuild and no transfer."""
+GET /api/snapshot, built ahead of requests by a thread (SnapshotCache), served gzipped when
+asked and answered 304 when the page already has it, so that a poll or a second tab costs
+neither a build nor a transfer."""
 import gzip
 import hashlib
 import json

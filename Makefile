@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install native k8s test demo bench clean
+.PHONY: install native k8s browser test demo bench clean
 
 install: $(STAMP) native
 
@@ -26,7 +26,11 @@ k8s:
 	bash tools/k8s/install-debs.sh
 	bash tools/k8s/build.sh >/dev/null
 
-test: install k8s
+# Headless Chromium and its WebDriver from Debian's packages, for the browser tier (tests/browser).
+browser:
+	bash tools/browser/install.sh
+
+test: install k8s browser
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 demo: install

@@ -28,6 +28,7 @@ setup(
         "hami_sim": ["lib/*.so*", "data/traces/*/*.csv", "data/traces/*/*.md"],
         "hami_node.shim": ["lib/*.so*"],
         "hami_common.deviceplugin": ["*.proto"],
+        "hami_control.dashboard": ["static/*"],
     },
     include_package_data=True,
     install_requires=[
@@ -48,7 +49,9 @@ setup(
                  "grpcio-tools>=1.60,<2",
                  # nvml.h, cuda.h and cudaTypedefs.h for the header conformance tests
                  # (tests/sim/test_headers.py): the real headers, no CUDA toolkit needed
-                 "nvidia-nvml-dev>=12.4,<14", "nvidia-cuda-runtime>=13.0,<14"],
+                 "nvidia-nvml-dev>=12.4,<14", "nvidia-cuda-runtime>=13.0,<14",
+                 # the packing curve of `hami-sim replay --plot` (tests/unit/test_replay_plot.py)
+                 "matplotlib>=3.8,<4"],
         "bench": ["matplotlib>=3.8,<4"],
     },
     entry_points={

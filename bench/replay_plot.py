@@ -14,14 +14,10 @@ import json
 import os
 import sys
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from benchlib import print_machine, ratio  # noqa: E402
-from hami_sim.replay import catalog  # noqa: E402
-from hami_sim.replay.cli import parse_seeds, run_seeds, summarize  # noqa: E402
+from benchlib import print_machine, ratio
+from hami_sim.replay import catalog
+from hami_sim.replay.cli import parse_seeds, run_seeds, summarize
+from hami_sim.replay.plot import plot, published
 
 
 def _summaries(args) -> list:
@@ -55,27 +51,6 @@ def compare(summaries, baseline: str) -> None:
                   f"% of GPUs ({s['policy']})", f"% ({baseline})")
 
 
-def plot(summaries, out: str, title: str) -> None:
-    """One line per policy: allocation % against arrived demand %, with the 100% mark."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for s in summaries:
-        xs = [x for x, y in enumerate(s["curve"]) if y is not None]
-        ys = [s["curve"][x] for x in xs]
-        ax.plot(xs, ys, label=f"{s['policy']} ({s['gpu_alloc_pct']:.2f}%)", linewidth=1.4)
-    ax.plot([0, 100], [0, 100], color="grey", linewidth=0.6, linestyle=":")
-    ax.axvline(100, color="grey", linewidth=0.6, linestyle="--")
-    ax.set_xlim(70, max(len(s["curve"]) for s in summaries) - 1)
-    ax.set_ylim(70, 100)
-    ax.set_xlabel("arrived GPU demand (% of cluster GPUs)")
-    ax.set_ylabel("GPU allocation ratio (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=130)
-    print(f"wrote {out}")
-
-
 def main(argv=None) -> int:
     """Entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -93,7 +68,8 @@ def main(argv=None) -> int:
     summaries = _summaries(args)
     compare(summaries, args.baseline)
     title = args.title or os.path.basename(summaries[0].get("pods_file") or args.pods)
-    plot(summaries, args.out, title)
+    marks = published(summaries[0].get("pods_file") or args.pods)
+    print(f"wrote {plot(summaries, args.out, title, marks)}")
     return 0
 
 

@@ -36,6 +36,8 @@ def _serve(config) -> int:
         log.warning("serving plain HTTP (no --tls-cert): fine for the extender on loopback, "
                     "but the API server calls webhooks only over HTTPS")
     print(f"serving {plane.url}", flush=True)
+    if plane.dashboard:         # the second line: launchers read it for the page's address
+        print(f"dashboard {plane.dashboard.url}/", flush=True)
     try:
         stop.wait()
     finally:

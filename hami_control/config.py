@@ -36,6 +36,16 @@ class LeaseConfig:
 
 
 @dataclass(frozen=True)
+class DashboardConfig:
+    """The read-only dashboard's own listener (hami_control/dashboard)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9445
+    node_metrics: str = ""          # URL template or @FILE (dashboard/scrape.py); "" = none
+    scrape_period_s: float = 5.0
+
+
+@dataclass(frozen=True)
 class ControlConfig:
     """Everything hami-control needs to start."""
 
@@ -63,6 +73,7 @@ class ControlConfig:
     webhook_ca_file: str = ""
     webhook_ca_check_s: float = 60.0
     log_level: str = "info"
+    dashboard: Optional["DashboardConfig"] = None   # None: no dashboard listener
 
     @property
     def tls(self) -> bool:
@@ -95,6 +106,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--default-gpu-num", type=int, default=1, metavar="N",
                    help="GPUs of a container that sets memory or cores without a count")
     _lease_flags(p)
+    _dashboard_flags(p)
     p.add_argument("--all-pods", action="store_true",
                    help="count the GPU annotations of every pod, not only of pods whose "
                         "schedulerName is --scheduler-name (when another scheduler name also "
@@ -156,16 +168,45 @@ def _lease_flags(p: argparse.ArgumentParser) -> None:
                         "the leader (default $POD_NAME; empty: no label)")
 
 
-def _listen(value: str) -> tuple:
+def _dashboard_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("dashboard (a read-only web page on its own listener)")
+    g.add_argument("--dashboard-listen", default="", metavar="HOST:PORT",
+                   help="serve the dashboard (plain HTTP, read-only) there; default: off")
+    g.add_argument("--dashboard-node-metrics", default="", metavar="TEMPLATE|@FILE",
+                   help="where the node agents' /metrics are, for measured use: a URL with "
+                        "{node} and/or {agent_ip} (the hami-node pod's IP on that node), e.g. "
+                        "http://{agent_ip}:9394/metrics, or @FILE, a JSON object node -> URL; "
+                        "default: no measured use")
+    g.add_argument("--dashboard-scrape-period", type=float, default=5.0, metavar="SECONDS",
+                   help="how often the node agents are scraped (default 5)")
+
+
+def _dashboard(args) -> Optional[DashboardConfig]:
+    if not args.dashboard_listen:
+        if args.dashboard_node_metrics:
+            raise ConfigError("--dashboard-node-metrics", "needs --dashboard-listen")
+        return None
+    host, port = _listen(args.dashboard_listen, "--dashboard-listen")
+    metrics = args.dashboard_node_metrics
+    if metrics.startswith("@") and not os.path.isfile(metrics[1:]):
+        raise ConfigError("--dashboard-node-metrics", f"file {metrics[1:]!r} does not exist")
+    if metrics and not metrics.startswith(("@", "http://", "https://")):
+        raise ConfigError("--dashboard-node-metrics", f"{metrics!r} is neither an http(s) URL "
+                          "template nor @FILE")
+    return DashboardConfig(host, port, metrics,
+                           _positive("--dashboard-scrape-period", args.dashboard_scrape_period))
+
+
+def _listen(value: str, flag: str = "--listen") -> tuple:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
-        raise ConfigError("--listen", f"{value!r} must be HOST:PORT, e.g. 0.0.0.0:9443")
+        raise ConfigError(flag, f"{value!r} must be HOST:PORT, e.g. 0.0.0.0:9443")
     try:
         number = int(port)
     except ValueError as e:
-        raise ConfigError("--listen", f"port {port!r} is not a number") from e
+        raise ConfigError(flag, f"port {port!r} is not a number") from e
     if not 0 <= number <= 65535:
-        raise ConfigError("--listen", f"port {number} is outside 0..65535")
+        raise ConfigError(flag, f"port {number} is outside 0..65535")
     return host.strip("[]"), number
 
 
@@ -259,4 +300,5 @@ def from_args(argv) -> ControlConfig:
         threads=args.threads, log_level=args.log_level,
         runtime_class=_dns_label("--runtime-class", args.runtime_class),
         webhook_configuration=args.webhook_configuration, webhook_ca_file=args.webhook_ca_file,
-        webhook_ca_check_s=_positive("--webhook-ca-check", args.webhook_ca_check))
+        webhook_ca_check_s=_positive("--webhook-ca-check", args.webhook_ca_check),
+        dashboard=_dashboard(args))

@@ -12,6 +12,7 @@ from hami_control.cluster.status_writer import StatusWriter
 from hami_control.cluster.stranded import StrandedPods
 from hami_control.cluster.sync import ClusterSync, PodScope
 from hami_control.config import ControlConfig
+from hami_control.dashboard import Dashboard
 from hami_control.errors import ConfigError
 from hami_control.extender.bind import BindHandler
 from hami_control.extender.filter import FilterHandler
@@ -55,12 +56,14 @@ class ControlPlane:
             if lease.enabled else AlwaysLeader()
         self.stranded = StrandedPods(api, config.scheduler_name,
                                      lambda: self.leader.is_leader, clock)
+        self.dashboard = Dashboard(config.dashboard, self.state, config.defaults) \
+            if config.dashboard else None
         self.sync = ClusterSync(api, self.state, clock, config.resync_s,
                                 config.handshake_interval_s, writer=api,
                                 is_leader=lambda: self.leader.is_leader,
                                 pods=PodScope(config.scheduler_name, config.track_resources,
                                               config.all_pods),
-                                quotas=config.quotas, on_pod=self.stranded.on_pod)
+                                quotas=config.quotas, on_pod=self._on_pod)
         self.status_writer = StatusWriter(self.state, api, config.status_period_s,
                                           is_leader=lambda: self.leader.is_leader,
                                           quotas=config.quotas, node_info=self.sync.node_info)
@@ -78,7 +81,7 @@ class ControlPlane:
                                 asked_no_gpu=self.filter.asked_no_gpu)
         self.webhook = Webhook(config.scheduler_name, config.defaults,
                                NamespaceLabels(api, clock), config.runtime_class)
-        self.app = make_app(Endpoints(self.webhook, self.filter, self.bind, self.healthz,
+        self.app = make_app(Endpoints(self.webhook, self._filter(), self.bind, self.healthz,
                                       self.readyz, self.metrics.render, self.metrics.observe,
                                       self.metrics.result,
                                       leading=lambda: self.leader.is_leader), config.max_body)
@@ -86,6 +89,14 @@ class ControlPlane:
         self.ca_bundle = WebhookCaBundle(api, config.webhook_configuration,
                                          config.webhook_ca_file, config.webhook_ca_check_s) \
             if config.webhook_configuration else None
+
+    def _on_pod(self, pod: dict, deleted: bool) -> None:
+        self.stranded.on_pod(pod, deleted)
+        if self.dashboard:
+            self.dashboard.record.on_pod(pod, deleted)
+
+    def _filter(self):
+        return self.dashboard.wrap_filter(self.filter) if self.dashboard else self.filter
 
     def _cached_lock(self, node: str):
         info = self.sync.node_info(node)
@@ -100,6 +111,8 @@ class ControlPlane:
         cfg = self.config
         self.server = HttpServer(self.app, cfg.host, cfg.port, cfg.threads, cfg.tls_cert,
                                  cfg.tls_key).start()
+        if self.dashboard:
+            self.dashboard.start()
         self.sync.start()
         if self.leader_label:       # a restarted container's pod may still carry the label
             self.leader_label(False)
@@ -113,6 +126,8 @@ class ControlPlane:
         """Stops serving, gives the Lease up, stops the sync."""
         if self.server is not None:
             self.server.stop()
+        if self.dashboard:
+            self.dashboard.stop()
         self.writer.close()
         self.status_writer.stop()
         if self.ca_bundle:

@@ -22,7 +22,7 @@ class HttpServer:
 
     def __init__(self, app, host: str, port: int, threads: int = 16,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-                 reload_interval_s: float = 10.0):
+                 reload_interval_s: float = 10.0, flag: str = "--listen"):
         self._server = wsgi.Server((host, port), app, numthreads=threads,
                                    server_name="hami-control", timeout=30,
                                    shutdown_timeout=2, request_queue_size=128)
@@ -34,13 +34,14 @@ class HttpServer:
             self._server.ssl_adapter = _ssl_adapter(tls_cert, tls_key)
             self._reloader = CertReloader(self._server, tls_cert, tls_key, reload_interval_s)
         self._thread: Optional[threading.Thread] = None
+        self._flag = flag               # what a failure to bind names
 
     def start(self) -> "HttpServer":
         """Binds the socket (so the port is known) and serves in a thread."""
         try:
             self._server.prepare()
         except OSError as e:
-            raise ConfigError("--listen", f"cannot listen on {self._server.bind_addr}: "
+            raise ConfigError(self._flag, f"cannot listen on {self._server.bind_addr}: "
                                           f"{e.strerror or e}") from e
         self._thread = threading.Thread(target=self._server.serve, name="http", daemon=True)
         self._thread.start()

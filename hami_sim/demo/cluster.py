@@ -28,6 +28,7 @@ from hami_common import constants as C
 from hami_common import node_register
 from hami_common.errors import HamiFormatError
 from hami_common.lifeline import child_options
+from hami_sim.dashboard_launch import dashboard_args, dashboard_url, write_node_metrics
 from hami_sim.gpu import sim_env
 from hami_sim.kubeconfig import write_kubeconfig
 from hami_sim.launch import (START_TIMEOUT_S, Startable, read_first_line, start_apiserver,
@@ -208,8 +209,11 @@ class SimCluster(Startable):
     """API server double + hami-control + simulated GPU nodes, started and stopped together."""
 
     def __init__(self, nodes: Sequence[NodeSpec] = DEFAULT_NODES, workdir=None,
-                 step: Step = lambda _m: None, keep: bool = False, record_busy: bool = False):
+                 step: Step = lambda _m: None, keep: bool = False, record_busy: bool = False,
+                 dashboard: bool = False):
         self.specs, self.step, self.keep = tuple(nodes), step, keep
+        self.dashboard = dashboard
+        self.dashboard_url = ""
         self.record_busy = record_busy
         self._own_root = workdir is None
         self.root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="hami-demo-",
@@ -244,11 +248,14 @@ class SimCluster(Startable):
             self._stack.callback(node.stop)
             node.start()
         certs = make_server_certs(self.root / "control-certs")
+        extra = dashboard_args(self.root) if self.dashboard else []
         self.control = start_control(self.apiserver.kubeconfig, process=True,
                                      tls=(certs.cert, certs.key, certs.ca_cert),
-                                     extra_args=["--log-level", "warning"],
+                                     extra_args=["--log-level", "warning", *extra],
                                      wait_ready=START_TIMEOUT_S)
         self._stack.callback(self._stop_control)
+        if self.dashboard:
+            self.dashboard_url = dashboard_url(self.control)
         self.step(f"hami-control serving {self.control.url} (webhook, filter, bind; TLS with a "
                   "generated CA)")
         for node in self.nodes:
@@ -257,6 +264,8 @@ class SimCluster(Startable):
             self.step(f"{node.name}: hami-node ready with {len(node.spec.gpus)} simulated GPUs "
                       f"({gpus}), kubelet double sees {node.spec.split * len(node.spec.gpus)} "
                       f"x {C.RESOURCE_GPU}")
+        if self.dashboard:
+            write_node_metrics(self.root, {n.name: n.metrics_url for n in self.nodes})
         self._wait_control_sees_nodes()
         published = self.gpus()
         for node in self.nodes:

@@ -90,7 +90,7 @@ def serve(args, examples, reporter) -> int:
     """Starts the cluster and its control loops; returns when a piece dies (or raises
     KeyboardInterrupt on Ctrl-C/SIGTERM, after stopping everything)."""
     from hami_sim.demo.cluster import ClusterError, SimCluster
-    cluster = SimCluster(workdir=args.workdir, step=reporter.step)
+    cluster = SimCluster(workdir=args.workdir, step=reporter.step, dashboard=True)
     loops = []
     try:
         with reporter.waiting("starting the API server double, hami-control and two nodes"):
@@ -101,6 +101,7 @@ def serve(args, examples, reporter) -> int:
             shutil.copyfile(kubeconfig, args.kubeconfig_out)
             kubeconfig = Path(args.kubeconfig_out).resolve()
         reporter.line(hints(kubeconfig, cluster.root))
+        reporter.line(f"Dashboard (read-only): {cluster.dashboard_url}\n")
         submit_examples(cluster, examples, reporter)
         return watch_until_broken(cluster, reporter, "hami-sim cluster up", cluster.root)
     except ClusterError as e:

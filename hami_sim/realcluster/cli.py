@@ -34,7 +34,9 @@ def serve_real(args, examples, reporter) -> int:
     """Starts the real cluster, optionally creates the examples, watches until a piece dies
     (or Ctrl-C/SIGTERM, raised as KeyboardInterrupt after everything is stopped)."""
     from hami_sim.realcluster.cluster import ClusterError, RealCluster
+    from hami_sim.dashboard_launch import dashboard_args, dashboard_url, write_node_metrics
     cluster = RealCluster(workdir=args.workdir, step=reporter.step, keep=bool(args.workdir))
+    cluster.control_args += dashboard_args(cluster.root)      # the dashboard is on here
     try:
         with reporter.waiting("building (first time) and starting etcd, kube-apiserver, "
                               "kube-controller-manager, kube-scheduler, containerd, kubelet, "
@@ -45,6 +47,8 @@ def serve_real(args, examples, reporter) -> int:
             shutil.copyfile(kubeconfig, args.kubeconfig_out)
             kubeconfig = Path(args.kubeconfig_out).resolve()
         reporter.line(hints(cluster, kubeconfig))
+        write_node_metrics(cluster.root, {cluster.spec.name: cluster.node.metrics_url})
+        reporter.line(f"Dashboard (read-only): {dashboard_url(cluster.control)}\n")
         for ex in examples:
             cluster.core_v1.create_namespaced_pod(ex.namespace, ex.pod)
             reporter.step(f"{ex.namespace}/{ex.name} created: {ex.shows}")

@@ -3,6 +3,7 @@
     hami-sim replay [--trace openb] [--pods default] [--seeds 42-51] [--policy NAME] [--http]
         [--quotas QUOTAS.json] [--json]
     hami-sim replay --nodes NODES.csv --pods PODS.csv ...
+    hami-sim replay --plot packing.png [--plot-baselines random,bestfit,fgd]
 
 The shipped traces are found by short name (`--trace openb --pods gpushare40`, see
 hami_sim/data/traces/); a path (to the artifact's other lists, or your own) works as well.
@@ -15,6 +16,8 @@ hami-control process, against the API server double; see hami_sim/replay/http_pl
 seed after another, and the summary adds pods_per_s and filter_p99_ms.
 With --quotas the pods are dealt to the file's namespaces and each is kept within its
 namespace's GPU quota (hami_sim/replay/quotas.py), in process.
+With --plot the baselines are replayed on the same seeds too, and the packing curves go to a
+PNG with the FGD paper's published figures marked at 100 % (hami_sim/replay/plot.py).
 """
 import argparse
 import json
@@ -76,7 +79,27 @@ def _arguments(argv) -> argparse.Namespace:
                         "(limits.nvidia.com/gpu, gpumem, gpucores); pods are dealt to the "
                         "namespaces in turn and kept within their quota (in process only)")
     parser.add_argument("--json", action="store_true", help="end with one JSON summary line")
+    parser.add_argument("--plot", metavar="PNG", help="also replay --plot-baselines on the same "
+                        "seeds (in process) and draw every packing curve into PNG, with the "
+                        "published figures of a shipped pod list (needs matplotlib)")
+    parser.add_argument("--plot-baselines", default=",".join(BASELINE_POLICIES),
+                        metavar="P1,P2", help="policies drawn beside --policy "
+                        f"(default {','.join(BASELINE_POLICIES)})")
     return parser.parse_args(argv)
+
+
+def _plot(args, seeds, summary, total_gpus: int) -> None:
+    """The --plot PNG: this run's curve and the baselines' on the same seeds."""
+    from hami_sim.replay.plot import plot, published
+    summaries = [summary]
+    for policy in [p for p in args.plot_baselines.split(",") if p and p != args.policy]:
+        results = run_seeds(args.nodes, args.pods, policy, seeds, args.ratio,
+                            args.split_count, args.workers)
+        summaries.append(summarize(argparse.Namespace(policy=policy, nodes=args.nodes,
+                                                      pods=args.pods), results, 0.0, total_gpus))
+        print(f"{policy}: {summaries[-1]['gpu_alloc_pct']:.2f}% at 100% arrived demand")
+    title = f"{os.path.basename(args.pods)}, seeds {args.seeds}"
+    print(f"wrote {plot(summaries, args.plot, title, published(args.pods))}")
 
 
 def run_seed(job: tuple) -> dict:
@@ -180,6 +203,10 @@ def main(argv=None) -> int:
             if args.http:
                 raise ValueError("--quotas replays in process; drop --http")
             load_quotas(args.quotas)
+        unknown = [p for p in args.plot_baselines.split(",") if p and p not in POLICIES]
+        if args.plot and unknown:
+            raise ValueError(f"--plot-baselines: unknown {', '.join(unknown)}; use "
+                             f"{', '.join(POLICIES)}")
         if args.http and args.policy not in SERVER_POLICIES:
             raise ValueError(f"--http: hami-control offers {', '.join(SERVER_POLICIES)}; "
                              f"{args.policy} is an in-process baseline")
@@ -198,6 +225,13 @@ def main(argv=None) -> int:
         return 1
     summary = summarize(args, results, time.perf_counter() - start, sum(n.gpus for n in nodes))
     _print_table(summary, results)
+    if args.plot:
+        from hami_sim.replay.plot import PlotError
+        try:
+            _plot(args, seeds, summary, sum(n.gpus for n in nodes))
+        except PlotError as e:
+            print(f"hami-sim replay --plot: {e}", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps(summary, separators=(",", ":")))
     return 0

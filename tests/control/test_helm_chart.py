@@ -109,6 +109,16 @@ def test_values_do_what_they_say(helm):
                    (pod["priorityClassName"], node["priorityClassName"]))
 
 
+def test_the_dashboard_is_off_unless_enabled(helm):
+    def control(*values):
+        spec = by(render(helm, *values), "Deployment", "hami-control")["spec"]["template"]["spec"]
+        return {c["name"]: c for c in spec["containers"]}["hami-control"]
+    assert not [a for a in control()["args"] if a.startswith("--dashboard")]
+    on = control("control.dashboard.enabled=true", "control.dashboard.port=9500")
+    assert "--dashboard-listen=0.0.0.0:9500" in on["args"]
+    assert {"name": "dashboard", "containerPort": 9500, "protocol": "TCP"} in on["ports"]
+
+
 def test_tls_modes(helm):
     generated = by(render(helm), "Secret", "hami-control-tls")["data"]
     assert set(generated) == {"ca.crt", "tls.crt", "tls.key"}

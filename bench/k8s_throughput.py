@@ -23,8 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hami_common import constants as C
-from hami_common import node_register
+from hami_common import node_register, pod_devices
+from hami_control.cluster.kube import KubeApi
 from hami_sim.realcluster.cluster import RealCluster
+from hami_sim.replay.run import InProcessPlacer, cluster_view
 from hami_sim.replay.trace import load_nodes, load_pods
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "openb"
@@ -74,13 +76,16 @@ def pod_body(trace_pod, namespace: str, scheduler: str) -> dict:
 
 class BindWatch:
     """Watches a namespace's pods from a thread, noting when each gets a node; with agent,
-    plays hami-node's part for each (bind-phase success, node lock released)."""
+    plays hami-node's part for each (bind-phase success, node lock released). Raw JSON
+    (hami-control's KubeApi), not the client's models: decoding those costs milliseconds per
+    event, and a slow stand-in node agent would hold the node locks longer than hami-node."""
 
-    def __init__(self, v1, namespace: str, want: int, agent: bool):
-        self.v1, self.namespace, self.want, self.agent = v1, namespace, want, agent
+    def __init__(self, api, namespace: str, want: int, agent: bool):
+        self.api, self.namespace, self.want, self.agent = api, namespace, want, agent
         self.bound: dict = {}
+        self.nodes: dict = {}           # pod name -> node
         self.errors: list = []
-        self._finish = ThreadPoolExecutor(4)
+        self._finish = ThreadPoolExecutor(8)
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> "BindWatch":
@@ -96,21 +101,26 @@ class BindWatch:
             raise RuntimeError(self.errors[0])
 
     def _node_agent(self, name: str, node: str) -> None:
-        self.v1.patch_namespaced_pod(name, self.namespace, {"metadata": {"annotations": {
-            C.ANNO_BIND_PHASE: C.BIND_PHASE_SUCCESS}}})
-        self.v1.patch_node(node, {"metadata": {"annotations": {C.ANNO_NODE_LOCK: None}}})
+        try:
+            self.api.patch_pod_annotations(self.namespace, name,
+                                           {C.ANNO_BIND_PHASE: C.BIND_PHASE_SUCCESS})
+            self.api.patch_node_annotations(node, {C.ANNO_NODE_LOCK: None})
+        except Exception as e:      # noqa: BLE001  (reported at join)
+            self.errors.append(f"node agent for {name}: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
-        from kubernetes import watch
         try:
+            _, version = self.api.list("pods", f"metadata.namespace={self.namespace}")
             last = time.monotonic()
             while len(self.bound) < self.want and time.monotonic() - last < WAIT_S:
-                for ev in watch.Watch().stream(self.v1.list_namespaced_pod, self.namespace,
-                                               timeout_seconds=5):
-                    pod = ev["object"]
-                    name, node = pod.metadata.name, pod.spec.node_name
+                for _, pod in self.api.watch("pods", version, 5,
+                                             f"metadata.namespace={self.namespace}"):
+                    meta = pod.get("metadata") or {}
+                    version = meta.get("resourceVersion") or version
+                    name, node = meta.get("name"), (pod.get("spec") or {}).get("nodeName")
                     if node and name not in self.bound:
                         self.bound[name] = last = time.monotonic()
+                        self.nodes[name] = node
                         if self.agent:
                             self._finish.submit(self._node_agent, name, node)
                     if len(self.bound) == self.want:
@@ -119,13 +129,42 @@ class BindWatch:
             self.errors.append(f"watch: {type(e).__name__}: {e}")
 
 
+def packing_real(api, namespace: str) -> dict:
+    """GPUs in use and pods holding GPUs, from the pods' devices-allocated annotations."""
+    pods, _ = api.list("pods", f"metadata.namespace={namespace}")
+    gpus, holding = set(), 0
+    for pod in pods:
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+            C.ANNO_DEVICES_ALLOCATED)
+        if not value or not (pod.get("spec") or {}).get("nodeName"):
+            continue
+        used = {d.uuid for ctr in pod_devices.decode(value) for d in ctr}
+        holding += bool(used)
+        gpus |= used
+    return {"gpus": len(gpus), "pods": holding}
+
+
+def packing_replay(nodes, pods) -> dict:
+    """The same pods placed in-process (hami-sim replay's placer: parse, the default policy,
+    kube-scheduler's CPU/memory fit, reserve), in the trace's order."""
+    placer = InProcessPlacer(cluster_view(nodes, SPLIT), "fragaware", 0, pods, timed=False)
+    for p in pods:
+        placer.place(p.pod_object(namespace="replay"))
+    gpus, holding = set(), 0
+    for r in placer.view.reservations():
+        used = {d.uuid for ctr in r.devices for d in ctr}
+        holding += bool(used)
+        gpus |= used
+    return {"gpus": len(gpus), "pods": holding}
+
+
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> dict:
     """Creates the pods for scheduler; the figures once each is bound (or WAIT_S passed
     without a binding)."""
     v1 = c.core_v1
     v1.create_namespace({"metadata": {"name": namespace}})
     v1.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
-    watcher = BindWatch(v1, namespace, len(pods), agent).start()
+    watcher = BindWatch(KubeApi(v1.api_client), namespace, len(pods), agent).start()
     time.sleep(1.0)
     created = {}
 
@@ -138,6 +177,7 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
         list(pool.map(create, pods))
     watcher.join()
     bound = watcher.bound
+    packing = packing_real(watcher.api, namespace) if agent else None
     if len(bound) < len(pods):      # say why the rest stayed unbound
         left = next(p for p in v1.list_namespaced_pod(namespace).items
                     if not p.spec.node_name)
@@ -149,17 +189,21 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
     return {"scheduler": scheduler, "pods": len(pods), "bound": len(bound),
             "pods_per_s": len(bound) / span if bound else 0.0,
             "p50_ms": 1000 * statistics.median(lat) if lat else None,
-            "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else None}
+            "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else None,
+            "packing": packing}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=1000, help="first N pods of the default list")
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work folder (components' logs) and print where it is")
     args = ap.parse_args()
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
     pods = [p for p in load_pods(TRACES / "openb_pod_list_default.csv")][:args.pods]
-    c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True)
+    c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True,
+                    keep=args.keep)
     c.control_args = ["--handshake-interval", "0", "--log-level", "warning"]
     try:
         c.start()
@@ -170,6 +214,8 @@ def main() -> int:
         alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)
     finally:
         c.stop()
+        if args.keep:
+            print(f"logs kept in {c.logs}", file=sys.stderr)
     for r in (ours, alone):
         print(json.dumps(r))
     ratio = ours["pods_per_s"] / alone["pods_per_s"] if alone["pods_per_s"] else 0.0
@@ -178,6 +224,14 @@ def main() -> int:
         print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
         print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
     print(f"k8s_throughput_ratio={ratio:.2f}")
+    real, replay = ours["packing"], packing_replay(nodes, pods)
+    per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
+    print(f"k8s_packing_gpus_per_pod={per_pod[0]:.3f}")
+    print(f"replay_packing_gpus_per_pod={per_pod[1]:.3f}")
+    print(f"packing: {real['gpus']} GPUs for {real['pods']} GPU pods through kube-scheduler vs "
+          f"{replay['gpus']} for {replay['pods']} in the in-process replay of the same pods "
+          f"(GPUs per pod {per_pod[0]:.3f} vs {per_pod[1]:.3f}, ratio "
+          f"{per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f})")
     print(f"extender / kube-scheduler alone: {ratio:.2f} of the throughput "
           f"({ours['pods_per_s']:.1f} vs {alone['pods_per_s']:.1f} pods/s; "
           f"{ours['bound']} and {alone['bound']} of {len(pods)} pods bound)")

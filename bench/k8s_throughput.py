@@ -80,10 +80,12 @@ class BindWatch:
     (hami-control's KubeApi), not the client's models: decoding those costs milliseconds per
     event, and a slow stand-in node agent would hold the node locks longer than hami-node."""
 
-    def __init__(self, api, namespace: str, want: int, agent: bool):
-        self.api, self.namespace, self.want, self.agent = api, namespace, want, agent
+    def __init__(self, v1, namespace: str, want: int, agent: bool):
+        self.v1, self.api = v1, KubeApi(v1.api_client)
+        self.namespace, self.want, self.agent = namespace, want, agent
         self.bound: dict = {}
         self.nodes: dict = {}           # pod name -> node
+        self.decided: dict = {}         # pod name -> when hami-control's decision was seen
         self.errors: list = []
         self._finish = ThreadPoolExecutor(8)
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -110,7 +112,7 @@ class BindWatch:
 
     def _run(self) -> None:
         try:
-            _, version = self.api.list("pods", f"metadata.namespace={self.namespace}")
+            _, version = namespace_pods(self.v1, self.namespace)
             last = time.monotonic()
             while len(self.bound) < self.want and time.monotonic() - last < WAIT_S:
                 for _, pod in self.api.watch("pods", version, 5,
@@ -118,6 +120,9 @@ class BindWatch:
                     meta = pod.get("metadata") or {}
                     version = meta.get("resourceVersion") or version
                     name, node = meta.get("name"), (pod.get("spec") or {}).get("nodeName")
+                    if name not in self.decided and \
+                            C.ANNO_VGPU_NODE in (meta.get("annotations") or {}):
+                        self.decided[name] = time.monotonic()
                     if node and name not in self.bound:
                         self.bound[name] = last = time.monotonic()
                         self.nodes[name] = node
@@ -129,9 +134,17 @@ class BindWatch:
             self.errors.append(f"watch: {type(e).__name__}: {e}")
 
 
-def packing_real(api, namespace: str) -> dict:
+def namespace_pods(v1, namespace: str) -> tuple:
+    """(pods as JSON, resourceVersion) of a namespace, in one unpaged list. (KubeApi.list
+    pages the all-namespaces list; with a metadata.namespace field selector the real API
+    server 1.34 resumes its continue token at the wrong key: 170 pods of 120.)"""
+    body = json.loads(v1.list_namespaced_pod(namespace, _preload_content=False).data)
+    return body["items"], body["metadata"]["resourceVersion"]
+
+
+def packing_real(v1, namespace: str) -> dict:
     """GPUs in use and pods holding GPUs, from the pods' devices-allocated annotations."""
-    pods, _ = api.list("pods", f"metadata.namespace={namespace}")
+    pods, _ = namespace_pods(v1, namespace)
     gpus, holding = set(), 0
     for pod in pods:
         value = ((pod.get("metadata") or {}).get("annotations") or {}).get(
@@ -158,13 +171,29 @@ def packing_replay(nodes, pods) -> dict:
     return {"gpus": len(gpus), "pods": holding}
 
 
+def server_times(control) -> dict:
+    """hami-control's own mean time per webhook, filter and bind call (ms) and the number of
+    calls, from its /metrics (the part of each call spent inside hami-control)."""
+    _, body = control.client.request("GET", "/metrics")
+    sums, counts = {}, {}
+    for line in (body.decode() if isinstance(body, bytes) else body).splitlines():
+        for verb in ("webhook", "filter", "bind"):
+            name = f"hami_control_{verb}_seconds"
+            if line.startswith(name + "_sum"):
+                sums[verb] = float(line.split()[-1])
+            elif line.startswith(name + "_count"):
+                counts[verb] = int(float(line.split()[-1]))
+    return {verb: {"calls": counts[verb], "mean_ms": round(1000 * sums[verb] / counts[verb], 2)}
+            for verb in counts if counts[verb]}
+
+
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> dict:
     """Creates the pods for scheduler; the figures once each is bound (or WAIT_S passed
     without a binding)."""
     v1 = c.core_v1
     v1.create_namespace({"metadata": {"name": namespace}})
     v1.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
-    watcher = BindWatch(KubeApi(v1.api_client), namespace, len(pods), agent).start()
+    watcher = BindWatch(v1, namespace, len(pods), agent).start()
     time.sleep(1.0)
     created = {}
 
@@ -177,7 +206,8 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
         list(pool.map(create, pods))
     watcher.join()
     bound = watcher.bound
-    packing = packing_real(watcher.api, namespace) if agent else None
+    packing = packing_real(v1, namespace) if agent else None
+    served = server_times(c.control) if agent else None
     if len(bound) < len(pods):      # say why the rest stayed unbound
         left = next(p for p in v1.list_namespaced_pod(namespace).items
                     if not p.spec.node_name)
@@ -186,11 +216,17 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
               file=sys.stderr)
     lat = sorted(bound[n] - created[n] for n in bound)
     span = (max(bound.values()) - start) if bound else float("inf")
+    decided = watcher.decided
+    if decided:     # the scheduling cycles alone (filter), before the binds' node locks
+        print(f"{namespace}: {len(decided)} decisions in {max(decided.values()) - start:.1f} s, "
+              f"{len(bound)} bindings in {span:.1f} s; bind after decision p50 "
+              f"{1000 * statistics.median(bound[n] - decided[n] for n in decided if n in bound):.0f} ms",
+              file=sys.stderr)
     return {"scheduler": scheduler, "pods": len(pods), "bound": len(bound),
             "pods_per_s": len(bound) / span if bound else 0.0,
             "p50_ms": 1000 * statistics.median(lat) if lat else None,
             "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else None,
-            "packing": packing}
+            "packing": packing, "hami_control": served}
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ from hami_control.errors import LockError
 
 log = logging.getLogger(__name__)
 _ATTEMPTS = 4
-_POLL_S = 0.02          # how often a waiting bind looks at the node's cached copy
+_POLL_S = 0.05          # a waiting bind looks at the node's cached copy at least this often
 _POINTER = "/metadata/annotations/" + ANNO_NODE_LOCK.replace("~", "~0").replace("/", "~1")
 
 
@@ -44,9 +44,11 @@ class NodeLocker:
 
     def __init__(self, api, clock, expiry: timedelta = node_lock.LOCK_EXPIRY,
                  cached: Callable[[str], Optional[tuple]] = lambda name: None,
-                 wait_s: float = 0.0, max_waiters: int = 8):
+                 wait_s: float = 0.0, max_waiters: int = 8,
+                 changed: Callable[[float], None] = time.sleep):
         self.api, self.clock, self.expiry, self.cached = api, clock, expiry, cached
-        self.wait_s = wait_s
+        # changed(timeout) returns when a watched node changed (or after timeout).
+        self.wait_s, self.changed = wait_s, changed
         self._waiters = threading.BoundedSemaphore(max(1, max_waiters))
 
     def acquire(self, node: str, namespace: str, pod: str) -> str:
@@ -74,9 +76,9 @@ class NodeLocker:
         """Waits until the watched copy of node no longer holds lock value (True), or the
         deadline (False). Without a watched copy, polls the API server."""
         while time.monotonic() < deadline:
-            # Sleep first: a lock just read from the API server may not be in the watched
+            # Wait first: a lock just read from the API server may not be in the watched
             # copy yet, which would otherwise look released and cost a GET per turn.
-            time.sleep(_POLL_S)
+            self.changed(min(_POLL_S, max(0.0, deadline - time.monotonic())))
             known = self.cached(node)
             if known is None or known[1] != value:
                 return True          # released (or no watched copy: _acquire reads the node)

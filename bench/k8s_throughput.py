@@ -187,6 +187,21 @@ def server_times(control) -> dict:
             for verb in counts if counts[verb]}
 
 
+WRITE_VERBS = ('verb="POST"', 'verb="PUT"', 'verb="PATCH"', 'verb="DELETE"', 'verb="APPLY"')
+
+
+def apiserver_writes(v1) -> int:
+    """Mutating requests the API server has answered so far (its apiserver_request_total):
+    the shared resource both runs compete for on one machine."""
+    resp = v1.api_client.call_api("/metrics", "GET", auth_settings=["BearerToken"],
+                                  _preload_content=False, _return_http_data_only=True)
+    total = 0.0
+    for line in resp.data.decode().splitlines():
+        if line.startswith("apiserver_request_total{") and any(v in line for v in WRITE_VERBS):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> dict:
     """Creates the pods for scheduler; the figures once each is bound (or WAIT_S passed
     without a binding)."""
@@ -201,11 +216,15 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
         body = pod_body(p, namespace, scheduler)
         created[body["metadata"]["name"]] = time.monotonic()
         v1.create_namespaced_pod(namespace, body)
+    writes = apiserver_writes(v1)
     start = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(create, pods))
+    print(f"{namespace}: {len(pods)} pods created in {time.monotonic() - start:.1f} s",
+          file=sys.stderr)
     watcher.join()
     bound = watcher.bound
+    writes = apiserver_writes(v1) - writes
     packing = packing_real(v1, namespace) if agent else None
     served = server_times(c.control) if agent else None
     if len(bound) < len(pods):      # say why the rest stayed unbound
@@ -226,13 +245,16 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
             "pods_per_s": len(bound) / span if bound else 0.0,
             "p50_ms": 1000 * statistics.median(lat) if lat else None,
             "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else None,
-            "packing": packing, "hami_control": served}
+            "packing": packing, "hami_control": served,
+            "apiserver_writes_per_pod": round(writes / len(pods), 2)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=1000, help="first N pods of the default list")
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--control-arg", action="append", default=[], metavar="FLAG",
+                    help="one more hami-control flag (repeat), e.g. --control-arg=--threads=32")
     ap.add_argument("--keep", action="store_true",
                     help="keep the work folder (components' logs) and print where it is")
     args = ap.parse_args()
@@ -240,7 +262,8 @@ def main() -> int:
     pods = [p for p in load_pods(TRACES / "openb_pod_list_default.csv")][:args.pods]
     c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True,
                     keep=args.keep)
-    c.control_args = ["--handshake-interval", "0", "--log-level", "warning"]
+    c.control_args = ["--handshake-interval", "0", "--log-level", "warning",
+                      *args.control_arg]
     try:
         c.start()
         t0 = time.monotonic()
@@ -260,6 +283,9 @@ def main() -> int:
         print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
         print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
     print(f"k8s_throughput_ratio={ratio:.2f}")
+    print(f"API server writes per pod: {ours['apiserver_writes_per_pod']} with the extender "
+          f"(hami-node's part played by this script) vs {alone['apiserver_writes_per_pod']} "
+          "for kube-scheduler alone")
     real, replay = ours["packing"], packing_replay(nodes, pods)
     per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
     print(f"k8s_packing_gpus_per_pod={per_pod[0]:.3f}")

@@ -7,9 +7,13 @@ the default list are created as fast as the API server takes them twice: once fo
 hami-scheduler (deploy/'s kube-scheduler + our extender; this script plays hami-node's part
 after each bind: bind-phase success, node lock released), once for the default kube-scheduler
 (GPU resources as plain extended resources). Printed: pods/s from the first creation to the
-last binding, per-pod latency creation -> bound (p50/p99), and the ratio.
+last binding, per-pod latency creation -> bound (p50/p99), and the ratio; where the time
+goes (hami-control's own time per call, the API server's writes per pod, each component's
+CPU seconds, decisions vs bindings); packing (GPUs in use per GPU pod) against the in-process
+replay of the same pods (hami_sim.replay's placer), computed in the same run.
 
-    sudo .venv/bin/python bench/k8s_throughput.py [--pods 1000] [--threads 8]
+    sudo .venv/bin/python bench/k8s_throughput.py [--pods 1000] [--threads 8] [--keep]
+        [--control-arg=--lock-wait=0 ...]
 """
 from __future__ import annotations
 
@@ -314,6 +318,7 @@ def main() -> int:
     per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
     print(f"k8s_packing_gpus_per_pod={per_pod[0]:.3f}")
     print(f"replay_packing_gpus_per_pod={per_pod[1]:.3f}")
+    print(f"k8s_packing_ratio={per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f}")
     print(f"packing: {real['gpus']} GPUs for {real['pods']} GPU pods through kube-scheduler vs "
           f"{replay['gpus']} for {replay['pods']} in the in-process replay of the same pods "
           f"(GPUs per pod {per_pod[0]:.3f} vs {per_pod[1]:.3f}, ratio "

@@ -275,6 +275,35 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
             "apiserver_writes_per_pod": round(writes / len(pods), 2), "cpu_s": cpu}
 
 
+def report(ours: dict, alone: dict, replay: dict, total: int) -> None:
+    """Prints both runs, their ratio, where the time went and packing vs the replay."""
+    for r in (ours, alone):
+        print(json.dumps(r))
+    ratio = ours["pods_per_s"] / alone["pods_per_s"] if alone["pods_per_s"] else 0.0
+    for key, r in (("extender", ours), ("scheduler_alone", alone)):
+        print(f"k8s_{key}_pods_per_s={r['pods_per_s']:.1f}")
+        print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
+        print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
+    print(f"k8s_throughput_ratio={ratio:.2f}")
+    print(f"API server writes per pod: {ours['apiserver_writes_per_pod']} with the extender "
+          f"(hami-node's part played by this script) vs {alone['apiserver_writes_per_pod']} "
+          "for kube-scheduler alone")
+    print(f"CPU seconds during the extender run: {ours['cpu_s']}")
+    print(f"CPU seconds during kube-scheduler alone: {alone['cpu_s']}")
+    real = ours["packing"]
+    per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
+    print(f"k8s_packing_gpus_per_pod={per_pod[0]:.3f}")
+    print(f"replay_packing_gpus_per_pod={per_pod[1]:.3f}")
+    print(f"k8s_packing_ratio={per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f}")
+    print(f"packing: {real['gpus']} GPUs for {real['pods']} GPU pods through kube-scheduler vs "
+          f"{replay['gpus']} for {replay['pods']} in the in-process replay of the same pods "
+          f"(GPUs per pod {per_pod[0]:.3f} vs {per_pod[1]:.3f}, ratio "
+          f"{per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f})")
+    print(f"extender / kube-scheduler alone: {ratio:.2f} of the throughput "
+          f"({ours['pods_per_s']:.1f} vs {alone['pods_per_s']:.1f} pods/s; "
+          f"{ours['bound']} and {alone['bound']} of {total} pods bound)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=1000, help="first N pods of the default list")
@@ -301,31 +330,7 @@ def main() -> int:
         c.stop()
         if args.keep:
             print(f"logs kept in {c.logs}", file=sys.stderr)
-    for r in (ours, alone):
-        print(json.dumps(r))
-    ratio = ours["pods_per_s"] / alone["pods_per_s"] if alone["pods_per_s"] else 0.0
-    for key, r in (("extender", ours), ("scheduler_alone", alone)):
-        print(f"k8s_{key}_pods_per_s={r['pods_per_s']:.1f}")
-        print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
-        print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
-    print(f"k8s_throughput_ratio={ratio:.2f}")
-    print(f"API server writes per pod: {ours['apiserver_writes_per_pod']} with the extender "
-          f"(hami-node's part played by this script) vs {alone['apiserver_writes_per_pod']} "
-          "for kube-scheduler alone")
-    print(f"CPU seconds during the extender run: {ours['cpu_s']}")
-    print(f"CPU seconds during kube-scheduler alone: {alone['cpu_s']}")
-    real, replay = ours["packing"], packing_replay(nodes, pods)
-    per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
-    print(f"k8s_packing_gpus_per_pod={per_pod[0]:.3f}")
-    print(f"replay_packing_gpus_per_pod={per_pod[1]:.3f}")
-    print(f"k8s_packing_ratio={per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f}")
-    print(f"packing: {real['gpus']} GPUs for {real['pods']} GPU pods through kube-scheduler vs "
-          f"{replay['gpus']} for {replay['pods']} in the in-process replay of the same pods "
-          f"(GPUs per pod {per_pod[0]:.3f} vs {per_pod[1]:.3f}, ratio "
-          f"{per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f})")
-    print(f"extender / kube-scheduler alone: {ratio:.2f} of the throughput "
-          f"({ours['pods_per_s']:.1f} vs {alone['pods_per_s']:.1f} pods/s; "
-          f"{ours['bound']} and {alone['bound']} of {len(pods)} pods bound)")
+    report(ours, alone, packing_replay(nodes, pods), len(pods))
     return 0
 
 

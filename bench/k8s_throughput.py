@@ -7,9 +7,13 @@ the default list are created as fast as the API server takes them twice: once fo
 hami-scheduler (deploy/'s kube-scheduler + our extender; this script plays hami-node's part
 after each bind: bind-phase success, node lock released), once for the default kube-scheduler
 (GPU resources as plain extended resources). Printed: pods/s from the first creation to the
-last binding, per-pod latency creation -> bound (p50/p99), and the ratio.
+last binding, per-pod latency creation -> bound (p50/p99), and the ratio; where the time
+goes (hami-control's own time per call, the API server's writes per pod, each component's
+CPU seconds, decisions vs bindings); packing (GPUs in use per GPU pod) against the in-process
+replay of the same pods (hami_sim.replay's placer), computed in the same run.
 
-    sudo .venv/bin/python bench/k8s_throughput.py [--pods 1000] [--threads 8]
+    sudo .venv/bin/python bench/k8s_throughput.py [--pods 1000] [--threads 8] [--keep]
+        [--control-arg=--lock-wait=0 ...]
 """
 from __future__ import annotations
 
@@ -23,8 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hami_common import constants as C
-from hami_common import node_register
+from hami_common import node_register, pod_devices
+from hami_control.cluster.kube import KubeApi
 from hami_sim.realcluster.cluster import RealCluster
+from hami_sim.replay.run import InProcessPlacer, cluster_view
 from hami_sim.replay.trace import load_nodes, load_pods
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "openb"
@@ -74,13 +80,18 @@ def pod_body(trace_pod, namespace: str, scheduler: str) -> dict:
 
 class BindWatch:
     """Watches a namespace's pods from a thread, noting when each gets a node; with agent,
-    plays hami-node's part for each (bind-phase success, node lock released)."""
+    plays hami-node's part for each (bind-phase success, node lock released). Raw JSON
+    (hami-control's KubeApi), not the client's models: decoding those costs milliseconds per
+    event, and a slow stand-in node agent would hold the node locks longer than hami-node."""
 
     def __init__(self, v1, namespace: str, want: int, agent: bool):
-        self.v1, self.namespace, self.want, self.agent = v1, namespace, want, agent
+        self.v1, self.api = v1, KubeApi(v1.api_client)
+        self.namespace, self.want, self.agent = namespace, want, agent
         self.bound: dict = {}
+        self.nodes: dict = {}           # pod name -> node
+        self.decided: dict = {}         # pod name -> when hami-control's decision was seen
         self.errors: list = []
-        self._finish = ThreadPoolExecutor(4)
+        self._finish = ThreadPoolExecutor(8)
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> "BindWatch":
@@ -96,27 +107,124 @@ class BindWatch:
             raise RuntimeError(self.errors[0])
 
     def _node_agent(self, name: str, node: str) -> None:
-        self.v1.patch_namespaced_pod(name, self.namespace, {"metadata": {"annotations": {
-            C.ANNO_BIND_PHASE: C.BIND_PHASE_SUCCESS}}})
-        self.v1.patch_node(node, {"metadata": {"annotations": {C.ANNO_NODE_LOCK: None}}})
+        try:
+            self.api.patch_pod_annotations(self.namespace, name,
+                                           {C.ANNO_BIND_PHASE: C.BIND_PHASE_SUCCESS})
+            self.api.patch_node_annotations(node, {C.ANNO_NODE_LOCK: None})
+        except Exception as e:      # noqa: BLE001  (reported at join)
+            self.errors.append(f"node agent for {name}: {type(e).__name__}: {e}")
 
     def _run(self) -> None:
-        from kubernetes import watch
         try:
+            _, version = namespace_pods(self.v1, self.namespace)
             last = time.monotonic()
             while len(self.bound) < self.want and time.monotonic() - last < WAIT_S:
-                for ev in watch.Watch().stream(self.v1.list_namespaced_pod, self.namespace,
-                                               timeout_seconds=5):
-                    pod = ev["object"]
-                    name, node = pod.metadata.name, pod.spec.node_name
+                for _, pod in self.api.watch("pods", version, 5,
+                                             f"metadata.namespace={self.namespace}"):
+                    meta = pod.get("metadata") or {}
+                    version = meta.get("resourceVersion") or version
+                    name, node = meta.get("name"), (pod.get("spec") or {}).get("nodeName")
+                    if name not in self.decided and \
+                            C.ANNO_VGPU_NODE in (meta.get("annotations") or {}):
+                        self.decided[name] = time.monotonic()
                     if node and name not in self.bound:
                         self.bound[name] = last = time.monotonic()
+                        self.nodes[name] = node
                         if self.agent:
                             self._finish.submit(self._node_agent, name, node)
                     if len(self.bound) == self.want:
                         return
         except Exception as e:      # noqa: BLE001  (a dead watcher would look like 0 pods/s)
             self.errors.append(f"watch: {type(e).__name__}: {e}")
+
+
+def namespace_pods(v1, namespace: str) -> tuple:
+    """(pods as JSON, resourceVersion) of a namespace, in one unpaged list. (KubeApi.list
+    pages the all-namespaces list; with a metadata.namespace field selector the real API
+    server 1.34 resumes its continue token at the wrong key: 170 pods of 120.)"""
+    body = json.loads(v1.list_namespaced_pod(namespace, _preload_content=False).data)
+    return body["items"], body["metadata"]["resourceVersion"]
+
+
+def packing_real(v1, namespace: str) -> dict:
+    """GPUs in use and pods holding GPUs, from the pods' devices-allocated annotations."""
+    pods, _ = namespace_pods(v1, namespace)
+    gpus, holding = set(), 0
+    for pod in pods:
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+            C.ANNO_DEVICES_ALLOCATED)
+        if not value or not (pod.get("spec") or {}).get("nodeName"):
+            continue
+        used = {d.uuid for ctr in pod_devices.decode(value) for d in ctr}
+        holding += bool(used)
+        gpus |= used
+    return {"gpus": len(gpus), "pods": holding}
+
+
+def packing_replay(nodes, pods) -> dict:
+    """The same pods placed in-process (hami-sim replay's placer: parse, the default policy,
+    kube-scheduler's CPU/memory fit, reserve), in the trace's order."""
+    placer = InProcessPlacer(cluster_view(nodes, SPLIT), "fragaware", 0, pods, timed=False)
+    for p in pods:
+        placer.place(p.pod_object(namespace="replay"))
+    gpus, holding = set(), 0
+    for r in placer.view.reservations():
+        used = {d.uuid for ctr in r.devices for d in ctr}
+        holding += bool(used)
+        gpus |= used
+    return {"gpus": len(gpus), "pods": holding}
+
+
+def server_times(control) -> dict:
+    """hami-control's own mean time per webhook, filter and bind call (ms) and the number of
+    calls, from its /metrics (the part of each call spent inside hami-control)."""
+    _, body = control.client.request("GET", "/metrics")
+    sums, counts = {}, {}
+    for line in (body.decode() if isinstance(body, bytes) else body).splitlines():
+        for verb in ("webhook", "filter", "bind"):
+            name = f"hami_control_{verb}_seconds"
+            if line.startswith(name + "_sum"):
+                sums[verb] = float(line.split()[-1])
+            elif line.startswith(name + "_count"):
+                counts[verb] = int(float(line.split()[-1]))
+    return {verb: {"calls": counts[verb], "mean_ms": round(1000 * sums[verb] / counts[verb], 2)}
+            for verb in counts if counts[verb]}
+
+
+def cpu_seconds(c) -> dict:
+    """CPU seconds (user + system) each component has used so far, this script included."""
+    import os
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = {name: p.pid for name, p in c.procs.items()}
+    pids["bench (creating, node agent)"] = os.getpid()
+    used = {}
+    for name, pid in pids.items():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            used[name] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue       # exited
+    return used
+
+
+WRITE_VERBS = ('verb="POST"', 'verb="PUT"', 'verb="PATCH"', 'verb="DELETE"', 'verb="APPLY"')
+
+
+def apiserver_writes(c) -> int:
+    """Mutating requests the API server has answered so far (its apiserver_request_total):
+    the shared resource both runs compete for on one machine."""
+    import ssl
+    import urllib.request
+    ctx = ssl.create_default_context(cafile=str(c.pki.ca))
+    ctx.load_cert_chain(str(c.pki.crt("admin")), str(c.pki.key("admin")))
+    with urllib.request.urlopen(c.api_url + "/metrics", context=ctx, timeout=30) as resp:
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{") and any(v in line for v in WRITE_VERBS):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
 
 
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> dict:
@@ -133,11 +241,18 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
         body = pod_body(p, namespace, scheduler)
         created[body["metadata"]["name"]] = time.monotonic()
         v1.create_namespaced_pod(namespace, body)
+    writes, cpu = apiserver_writes(c), cpu_seconds(c)
     start = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(create, pods))
+    print(f"{namespace}: {len(pods)} pods created in {time.monotonic() - start:.1f} s",
+          file=sys.stderr)
     watcher.join()
     bound = watcher.bound
+    writes = apiserver_writes(c) - writes
+    cpu = {name: round(t - cpu.get(name, 0.0), 1) for name, t in cpu_seconds(c).items()}
+    packing = packing_real(v1, namespace) if agent else None
+    served = server_times(c.control) if agent else None
     if len(bound) < len(pods):      # say why the rest stayed unbound
         left = next(p for p in v1.list_namespaced_pod(namespace).items
                     if not p.spec.node_name)
@@ -146,21 +261,64 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
               file=sys.stderr)
     lat = sorted(bound[n] - created[n] for n in bound)
     span = (max(bound.values()) - start) if bound else float("inf")
+    decided = watcher.decided
+    if decided:     # the scheduling cycles alone (filter), before the binds' node locks
+        print(f"{namespace}: {len(decided)} decisions in {max(decided.values()) - start:.1f} s, "
+              f"{len(bound)} bindings in {span:.1f} s; bind after decision p50 "
+              f"{1000 * statistics.median(bound[n] - decided[n] for n in decided if n in bound):.0f} ms",
+              file=sys.stderr)
     return {"scheduler": scheduler, "pods": len(pods), "bound": len(bound),
             "pods_per_s": len(bound) / span if bound else 0.0,
             "p50_ms": 1000 * statistics.median(lat) if lat else None,
-            "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else None}
+            "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else None,
+            "packing": packing, "hami_control": served,
+            "apiserver_writes_per_pod": round(writes / len(pods), 2), "cpu_s": cpu}
+
+
+def report(ours: dict, alone: dict, replay: dict, total: int) -> None:
+    """Prints both runs, their ratio, where the time went and packing vs the replay."""
+    for r in (ours, alone):
+        print(json.dumps(r))
+    ratio = ours["pods_per_s"] / alone["pods_per_s"] if alone["pods_per_s"] else 0.0
+    for key, r in (("extender", ours), ("scheduler_alone", alone)):
+        print(f"k8s_{key}_pods_per_s={r['pods_per_s']:.1f}")
+        print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
+        print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
+    print(f"k8s_throughput_ratio={ratio:.2f}")
+    print(f"API server writes per pod: {ours['apiserver_writes_per_pod']} with the extender "
+          f"(hami-node's part played by this script) vs {alone['apiserver_writes_per_pod']} "
+          "for kube-scheduler alone")
+    print(f"CPU seconds during the extender run: {ours['cpu_s']}")
+    print(f"CPU seconds during kube-scheduler alone: {alone['cpu_s']}")
+    real = ours["packing"]
+    per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
+    print(f"k8s_packing_gpus_per_pod={per_pod[0]:.3f}")
+    print(f"replay_packing_gpus_per_pod={per_pod[1]:.3f}")
+    print(f"k8s_packing_ratio={per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f}")
+    print(f"packing: {real['gpus']} GPUs for {real['pods']} GPU pods through kube-scheduler vs "
+          f"{replay['gpus']} for {replay['pods']} in the in-process replay of the same pods "
+          f"(GPUs per pod {per_pod[0]:.3f} vs {per_pod[1]:.3f}, ratio "
+          f"{per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f})")
+    print(f"extender / kube-scheduler alone: {ratio:.2f} of the throughput "
+          f"({ours['pods_per_s']:.1f} vs {alone['pods_per_s']:.1f} pods/s; "
+          f"{ours['bound']} and {alone['bound']} of {total} pods bound)")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=1000, help="first N pods of the default list")
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--control-arg", action="append", default=[], metavar="FLAG",
+                    help="one more hami-control flag (repeat), e.g. --control-arg=--threads=32")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work folder (components' logs) and print where it is")
     args = ap.parse_args()
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
     pods = [p for p in load_pods(TRACES / "openb_pod_list_default.csv")][:args.pods]
-    c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True)
-    c.control_args = ["--handshake-interval", "0", "--log-level", "warning"]
+    c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True,
+                    keep=args.keep)
+    c.control_args = ["--handshake-interval", "0", "--log-level", "warning",
+                      *args.control_arg]
     try:
         c.start()
         t0 = time.monotonic()
@@ -170,17 +328,9 @@ def main() -> int:
         alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)
     finally:
         c.stop()
-    for r in (ours, alone):
-        print(json.dumps(r))
-    ratio = ours["pods_per_s"] / alone["pods_per_s"] if alone["pods_per_s"] else 0.0
-    for key, r in (("extender", ours), ("scheduler_alone", alone)):
-        print(f"k8s_{key}_pods_per_s={r['pods_per_s']:.1f}")
-        print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
-        print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
-    print(f"k8s_throughput_ratio={ratio:.2f}")
-    print(f"extender / kube-scheduler alone: {ratio:.2f} of the throughput "
-          f"({ours['pods_per_s']:.1f} vs {alone['pods_per_s']:.1f} pods/s; "
-          f"{ours['bound']} and {alone['bound']} of {len(pods)} pods bound)")
+        if args.keep:
+            print(f"logs kept in {c.logs}", file=sys.stderr)
+    report(ours, alone, packing_replay(nodes, pods), len(pods))
     return 0
 
 

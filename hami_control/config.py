@@ -66,6 +66,7 @@ class ControlConfig:
     status_period_s: float = 5.0
     handshake_interval_s: float = 30.0
     lock_expiry_s: float = 300.0
+    lock_wait_s: float = 5.0
     max_body: int = MAX_BODY
     threads: int = 16
     runtime_class: str = ""             # set on GPU pods that name none; "" = leave it
@@ -131,6 +132,11 @@ def parser() -> argparse.ArgumentParser:
                    help="write hami.io/node-handshake this often, 0 to never (default 30)")
     p.add_argument("--lock-expiry", type=float, default=300.0, metavar="SECONDS",
                    help="a node lock older than this is taken over (default 300)")
+    p.add_argument("--lock-wait", type=float, default=5.0, metavar="SECONDS",
+                   help="a bind that finds its node locked by another pod waits this long "
+                        "for the node agent to release it before refusing (a refusal sends "
+                        "the pod into kube-scheduler's backoff); 0 refuses at once "
+                        "(default 5)")
     p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="BYTES",
                    help=f"largest request body accepted (default {MAX_BODY})")
     p.add_argument("--threads", type=int, default=16, help="HTTP worker threads (default 16)")
@@ -296,7 +302,8 @@ def from_args(argv) -> ControlConfig:
         track_resources=args.track_cpu_memory, quotas=args.quotas,
         status_period_s=_positive("--status-period", args.status_period, True),
         handshake_interval_s=_positive("--handshake-interval", args.handshake_interval, True),
-        lock_expiry_s=_positive("--lock-expiry", args.lock_expiry), max_body=args.max_body,
+        lock_expiry_s=_positive("--lock-expiry", args.lock_expiry),
+        lock_wait_s=_positive("--lock-wait", args.lock_wait, True), max_body=args.max_body,
         threads=args.threads, log_level=args.log_level,
         runtime_class=_dns_label("--runtime-class", args.runtime_class),
         webhook_configuration=args.webhook_configuration, webhook_ca_file=args.webhook_ca_file,

@@ -69,8 +69,11 @@ class ControlPlane:
                                           quotas=config.quotas, node_info=self.sync.node_info)
         self.metrics = metrics or ControlMetrics()
         self.metrics.watch(self.state, self._status)
+        # Half the HTTP workers at most wait on node locks: filters need the others.
         locker = NodeLocker(api, clock, timedelta(seconds=config.lock_expiry_s),
-                            cached=self._cached_lock)
+                            cached=self._cached_lock, wait_s=config.lock_wait_s,
+                            max_waiters=config.threads // 2,
+                            changed=self.sync.wait_node_change)
         self.writer = DecisionWriter()
         self.filter = FilterHandler(self.state, api, self.leader, clock, config.defaults,
                                     self.metrics, synced=lambda: self.sync.synced,

@@ -83,7 +83,8 @@ class ClusterSync:
         self.handshake_interval_s, self.writer, self.is_leader = \
             handshake_interval_s, writer, is_leader
         self._nodes: dict = {}
-        self._nodes_lock = threading.Lock()
+        # A Condition: binds waiting for a node lock's release wake on each node change.
+        self._nodes_lock = threading.Condition()
         self._bad_registrations: dict = {}
         self._synced = {kind: threading.Event() for kind in self.kinds}
         self._stop = threading.Event()
@@ -122,6 +123,12 @@ class ClusterSync:
         """The node as last seen, or None."""
         with self._nodes_lock:
             return self._nodes.get(name)
+
+    def wait_node_change(self, timeout: float) -> None:
+        """Returns when a node has changed, or after timeout (a notification may slip
+        between a caller's look at node_info and this wait: keep timeout short)."""
+        with self._nodes_lock:
+            self._nodes_lock.wait(timeout)
 
     # --- list + watch --------------------------------------------------------------------
     def _run(self, kind: str) -> None:
@@ -230,6 +237,7 @@ class ClusterSync:
                         annotations(node).get(ANNO_NODE_GPU_SUMMARY))
         with self._nodes_lock:
             self._nodes[name] = info
+            self._nodes_lock.notify_all()
         self._evaluate(name, info)
 
     def _evaluate(self, name: str, info: NodeInfo) -> None:

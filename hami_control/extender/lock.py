@@ -4,8 +4,17 @@ Taken at bind by a compare-and-swap on the node's resourceVersion (two binds nev
 released by the node agent once it has allocated the pod's devices, or by the extender at once
 when the bind fails. A lock older than its expiry, or whose owner pod no longer exists, is
 taken over; a lock without an owner (old HAMi) only expires.
+
+A bind that finds the node locked by another pod waits a little (`wait_s`) for the node agent
+to release it, watching the node's cached copy, before it refuses: a refused bind sends the
+pod into kube-scheduler's backoff (1 s, doubling to 10 s), and consecutive pods of a packing
+policy tend to go to the same node, so refusing at once cost most of the throughput on the
+real kube-scheduler (bench/k8s_throughput.py). At most `max_waiters` binds wait at a time (they
+hold HTTP worker threads, which filters need too); beyond that a bind refuses at once.
 """
 import logging
+import threading
+import time
 from datetime import timedelta
 from typing import Callable, Optional
 
@@ -18,18 +27,64 @@ from hami_control.errors import LockError
 
 log = logging.getLogger(__name__)
 _ATTEMPTS = 4
+_POLL_S = 0.05          # a waiting bind looks at the node's cached copy at least this often
 _POINTER = "/metadata/annotations/" + ANNO_NODE_LOCK.replace("~", "~0").replace("/", "~1")
+
+
+class LockHeld(Exception):
+    """The node is locked by another pod: the lock's value and the error that says so."""
+
+    def __init__(self, value: str, error: LockError):
+        super().__init__(str(error))
+        self.value, self.error = value, error
 
 
 class NodeLocker:
     """Takes and releases node locks for pods; `cached` gives the node as last watched."""
 
     def __init__(self, api, clock, expiry: timedelta = node_lock.LOCK_EXPIRY,
-                 cached: Callable[[str], Optional[tuple]] = lambda name: None):
+                 cached: Callable[[str], Optional[tuple]] = lambda name: None,
+                 wait_s: float = 0.0, max_waiters: int = 8,
+                 changed: Callable[[float], None] = time.sleep):
         self.api, self.clock, self.expiry, self.cached = api, clock, expiry, cached
+        # changed(timeout) returns when a watched node changed (or after timeout).
+        self.wait_s, self.changed = wait_s, changed
+        self._waiters = threading.BoundedSemaphore(max(1, max_waiters))
 
     def acquire(self, node: str, namespace: str, pod: str) -> str:
-        """Locks node for namespace/pod; returns the lock value. LockError says who holds it."""
+        """Locks node for namespace/pod; returns the lock value. LockError says who holds it
+        (after waiting up to wait_s for its release)."""
+        try:
+            return self._acquire(node, namespace, pod)
+        except LockHeld as e:
+            held = e
+            if self.wait_s <= 0 or not self._waiters.acquire(blocking=False):
+                raise held.error from None
+        try:
+            deadline = time.monotonic() + self.wait_s
+            while True:
+                if not self._released(node, held.value, deadline):
+                    raise held.error
+                try:
+                    return self._acquire(node, namespace, pod)
+                except LockHeld as e:      # another bind took it first: wait for that one
+                    held = e
+        finally:
+            self._waiters.release()
+
+    def _released(self, node: str, value: str, deadline: float) -> bool:
+        """Waits until the watched copy of node no longer holds lock value (True), or the
+        deadline (False). Without a watched copy, polls the API server."""
+        while time.monotonic() < deadline:
+            # Wait first: a lock just read from the API server may not be in the watched
+            # copy yet, which would otherwise look released and cost a GET per turn.
+            self.changed(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+            known = self.cached(node)
+            if known is None or known[1] != value:
+                return True          # released (or no watched copy: _acquire reads the node)
+        return False
+
+    def _acquire(self, node: str, namespace: str, pod: str) -> str:
         value = node_lock.encode(node_lock.NodeLock(self.clock.now(), namespace, pod))
         # The watched copy saves a GET when it is current; a stale one only costs a Conflict.
         known = self.cached(node)
@@ -42,7 +97,7 @@ class NodeLocker:
                 if from_cache:
                     known = None                 # confirm with the API server before refusing
                     continue
-                raise self._held(node, current)
+                raise LockHeld(current, self._held(node, current))
             try:
                 self.api.patch_node_annotations(node, {ANNO_NODE_LOCK: value}, rv)
                 return value

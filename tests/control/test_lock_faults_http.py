@@ -1,6 +1,7 @@
 """The node lock and the failure paths of filter and bind, with faults injected into the API
 server double: every pod ends bound with consistent annotations, or unbound and retryable."""
 import json
+import threading
 
 import pytest
 
@@ -46,6 +47,22 @@ def test_a_held_lock_refuses_and_is_taken_over_when_its_owner_goes(core_v1, cont
                for e in _events(core_v1, "next"))
     core_v1.delete_namespaced_pod("owner", "default")
     assert schedule(core_v1, control, pod)[0] == "n1"
+
+
+def test_a_bind_waits_for_the_lock_release_instead_of_refusing(core_v1, control, one_node):
+    """kube-scheduler would send a refused pod into its backoff (1 s and more): the bind
+    waits (--lock-wait) for the node agent to release the lock, here half a second later."""
+    owner = create(core_v1, control, gpu_pod("owner", WHOLE))
+    assert schedule(core_v1, control, owner, finish=False)[0] == "n1"     # lock stays held
+    pod = create(core_v1, control, gpu_pod("next", WHOLE))
+    release = threading.Timer(0.5, _set_lock, (core_v1, "n1", None))
+    release.start()
+    try:
+        node, _, bound = schedule(core_v1, control, pod, finish=False)
+    finally:
+        release.join()
+    assert node == "n1" and bound == {"Error": ""}
+    assert _lock(core_v1, "n1").endswith(",default,next")
 
 
 def test_an_expired_lock_is_taken_over(core_v1, control, one_node):

@@ -1,6 +1,7 @@
 """deploy/'s RBAC is what the components run with here (tests/k8s passing shows it is
 enough); these show it is not more than needed: hami-control run with its ClusterRole minus
-one verb breaks, and says which permission is missing, so the manifests cannot rot."""
+one verb, and the session's hami-node while its ClusterRole lacks one, break and say which
+permission is missing, so the manifests cannot rot."""
 from __future__ import annotations
 
 import copy
@@ -41,10 +42,20 @@ def account_with(cluster, name: str, role: dict):
     return token_kubeconfig(cluster, NAMESPACE, name)
 
 
+def since(log, offset: int) -> str:
+    """What a log file got after byte offset."""
+    return log.read_bytes()[offset:].decode(errors="replace")
+
+
+def deploy_role(manifest: str, name: str) -> dict:
+    """deploy/'s ClusterRole called name, from manifest."""
+    return next(d for d in deploy_docs(manifest)
+                if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name)
+
+
 def control_role() -> dict:
     """deploy/'s ClusterRole of hami-control."""
-    return next(d for d in deploy_docs("hami-control-rbac.yaml")
-                if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "hami-control")
+    return deploy_role("hami-control-rbac.yaml", "hami-control")
 
 
 @pytest.mark.parametrize("resource,verb", [("pods", "list"), ("nodes", "watch")])
@@ -69,3 +80,25 @@ def test_hami_control_without_one_verb_says_what_is_missing(real_cluster, resour
             assert status != 200, "hami-control calls itself ready without its cluster view"
     finally:
         ctl.stop()
+
+
+def test_hami_node_without_one_verb_says_what_is_missing(real_cluster):
+    """The session's hami-node while deploy/'s ClusterRole lacks `get nodes` (its publisher
+    reads the node every second): it logs the permission its ServiceAccount lacks, and
+    publishes again once the role is restored."""
+    c = real_cluster
+    role = deploy_role("hami-node.yaml", "hami-node")
+    log = c.node.agent_log
+    start = log.stat().st_size
+    said = 'cannot get resource "nodes"'
+    c.apply([without_verb(role, "nodes", "get", "hami-node")])
+    try:
+        deadline = time.monotonic() + 30
+        while said not in since(log, start) and time.monotonic() < deadline:
+            time.sleep(0.3)
+    finally:
+        c.apply([role])
+    text = since(log, start)
+    assert said in text, text[-2000:]
+    assert "system:serviceaccount:kube-system:hami-node" in text
+    assert c.node.alive(), "hami-node exited instead of retrying"

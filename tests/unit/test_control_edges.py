@@ -166,6 +166,23 @@ def test_lock_takes_over_from_a_deleted_owner_and_survives_a_stale_cache(locked)
     assert locker.acquire("n1", "ns", "b").endswith(",ns,b")
 
 
+def test_a_bind_waits_for_the_lock_release_then_refuses_after_wait_s(locked):
+    api, clock, _ = locked
+    import threading
+
+    def cached(name):
+        meta = api.nodes[name]["metadata"]
+        return meta["resourceVersion"], meta["annotations"].get(C.ANNO_NODE_LOCK)
+    api.pods[("ns", "b")] = {"metadata": {"name": "b"}}
+    locker = NodeLocker(api, clock, cached=cached, wait_s=5.0)
+    first = locker.acquire("n1", "ns", "a")
+    threading.Timer(0.3, locker.release, ("n1", first)).start()    # the node agent, later
+    assert locker.acquire("n1", "ns", "b").endswith(",ns,b")         # waited, not refused
+    quick = NodeLocker(api, clock, cached=cached, wait_s=0.2)
+    with pytest.raises(LockError, match="locked by ns/b"):           # never released
+        quick.acquire("n1", "ns", "c")
+
+
 def _elector(api, clock, identity):
     return LeaderElector(api, LeaseConfig(True, "l", "ns", identity, 10, 7, 2), clock)
 

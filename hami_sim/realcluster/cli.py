@@ -14,6 +14,8 @@ from hami_sim.demo.cluster_cli import watch_until_broken
 def hints(cluster, kubeconfig: Path) -> str:
     """How to use the cluster."""
     kubectl = cluster.bins["kubectl"]
+    agent_log = "its pod's log (kubectl logs -n hami-system ds/hami-node)" if cluster.installed \
+        else cluster.node.agent_log
     return f"""
 kubeconfig (admin): {kubeconfig}
 kubectl: {kubectl}
@@ -24,7 +26,7 @@ kubectl: {kubectl}
   {kubectl} --kubeconfig {kubeconfig} describe pod gpumem-oom     # events, annotations
   {kubectl} --kubeconfig {kubeconfig} logs gpumem-oom
 
-Component logs: {cluster.logs}/   hami-node: {cluster.node.agent_log}
+Component logs: {cluster.logs}/   hami-node: {agent_log}
 Container output: {cluster.pod_logs}/<namespace>_<pod>_<uid>/<container>/0.log
 Ctrl-C stops everything (containers included).
 """
@@ -34,11 +36,13 @@ def serve_real(args, examples, reporter) -> int:
     """Starts the real cluster, optionally creates the examples, watches until a piece dies
     (or Ctrl-C/SIGTERM, raised as KeyboardInterrupt after everything is stopped)."""
     from hami_sim.realcluster.cluster import ClusterError, RealCluster
-    cluster = RealCluster(workdir=args.workdir, step=reporter.step, keep=bool(args.workdir))
+    cluster = RealCluster(workdir=args.workdir, step=reporter.step, keep=bool(args.workdir),
+                          install=args.install)
     try:
+        how = "helm install of charts/hami-py" if cluster.installed else "hami-control, hami-node"
         with reporter.waiting("building (first time) and starting etcd, kube-apiserver, "
-                              "kube-controller-manager, kube-scheduler, containerd, kubelet, "
-                              "hami-control, hami-node"):
+                              f"kube-controller-manager, kube-scheduler, containerd, kubelet, "
+                              f"{how}"):
             cluster.start()
         kubeconfig = cluster.kubeconfig
         if args.kubeconfig_out:

@@ -33,6 +33,11 @@ def start(c) -> None:
     start_apiserver(c)
     if not c.scheduling_only:
         start_controller_manager(c)
+    if c.installed:        # the chart brings RBAC, hami-control, its scheduler and webhook
+        from hami_sim.realcluster.installed import start_service_proxy
+        start_service_proxy(c, SERVICE_RANGE)
+        start_default_scheduler(c)
+        return
     c.apply(cfg.rbac_objects())
     c.step("deploy/'s namespace, ServiceAccounts, ClusterRoles and bindings applied")
     start_control(c)
@@ -138,6 +143,18 @@ def start_schedulers(c) -> None:
         c.bins["kube-scheduler"], f"--config={sched}", "--bind-address=127.0.0.1",
         f"--secure-port={c.ports['scheduler']}", f"--authentication-kubeconfig={kc}",
         f"--authorization-kubeconfig={kc}", "--v=2"])
+    start_default_scheduler(c)
+    wait_for("kube-scheduler (hami-scheduler profile) leading",
+             lambda: "lease.coordination.k8s.io/hami-scheduler" in c.kubectl(
+                 "get", "lease", "-n", CONTROL_SA[0], "-o", "name", check=False).split(),
+             60, c.logs / "kube-scheduler.log", lambda: hami.poll() is None)
+    c.step("kube-scheduler running deploy/'s KubeSchedulerConfiguration (extender: "
+           f"{c.control.url}, TLS server name as shipped), leader of its Lease; the default "
+           "kube-scheduler beside it")
+
+
+def start_default_scheduler(c) -> None:
+    """The cluster's default kube-scheduler (admin credentials)."""
     default = cfg.write_json(c.root / "default-scheduler-config.yaml", {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
@@ -147,13 +164,6 @@ def start_schedulers(c) -> None:
         f"--secure-port={c.ports['default_scheduler']}",
         f"--authentication-kubeconfig={c.kubeconfig}",
         f"--authorization-kubeconfig={c.kubeconfig}", "--v=1"])
-    wait_for("kube-scheduler (hami-scheduler profile) leading",
-             lambda: "lease.coordination.k8s.io/hami-scheduler" in c.kubectl(
-                 "get", "lease", "-n", CONTROL_SA[0], "-o", "name", check=False).split(),
-             60, c.logs / "kube-scheduler.log", lambda: hami.poll() is None)
-    c.step("kube-scheduler running deploy/'s KubeSchedulerConfiguration (extender: "
-           f"{c.control.url}, TLS server name as shipped), leader of its Lease; the default "
-           "kube-scheduler beside it")
 
 
 def json_items(text: str) -> list:

@@ -19,6 +19,14 @@ from hami_sim.realcluster.cluster import RealCluster
 # Starting the cluster (and, on a fresh machine run without make, building it) happens in the
 # first test's setup; later tests are quick.
 START_TIMEOUT_S = 3600
+# Modules with a cluster of their own run first: the machine holds one real cluster at a time
+# (its lock), and the session's cluster, once started, is held until the session ends.
+OWN_CLUSTER_MODULES = ("test_helm_install_real.py",)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Moves the tests of OWN_CLUSTER_MODULES to the front (their order kept)."""
+    items.sort(key=lambda item: item.path.name not in OWN_CLUSTER_MODULES)
 
 
 class StepLog(io.StringIO):

@@ -20,8 +20,8 @@ from typing import List, Optional
 from hami_sim.demo.cli import EXIT_BROKEN, EXIT_OK, EXIT_USAGE, run_command, signals_deferred
 
 POD_COLUMNS = "NAME:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName"
-USAGE = ("usage: hami-sim cluster up [--real [--install helm]] [--workdir DIR] [--kubeconfig-out FILE] "
-         "[--with-examples]")
+USAGE = ("usage: hami-sim cluster up [--real [--install helm]] [--workdir DIR] "
+         "[--kubeconfig-out FILE] [--with-examples]")
 
 
 def parser() -> argparse.ArgumentParser:

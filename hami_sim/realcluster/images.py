@@ -30,6 +30,7 @@ WORKLOAD_IMAGE = "ghcr.io/hami-py/hami-py:0.1.0"
 SCHEDULER_IMAGE = "hami-k8s.local/kube-scheduler:{version}"
 BULLSEYE_IMAGE = "hami-k8s.local/bullseye-python3:1"
 HOST_USERLAND_MARK = ".hami-host-userland"     # the runtime wrapper mounts the host's userland
+DEBIAN_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SKELETON_DIRS = ("dev", "proc", "sys", "etc", "tmp", "run", "var/tmp", "root", "home",
                  "usr/local/nvidia/lib64", "usr/bin", "usr/lib", "usr/lib64", "usr/sbin",
                  "usr/share")
@@ -137,8 +138,7 @@ def rootfs_archive(workdir: Path, rootfs: str, tag: str) -> Path:
         raise ImageError(f"tar of {rootfs} failed: {done.stderr.strip()[-800:]}")
     try:
         return _archive(workdir / "rootfs.tar", tag, layer,
-                        {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-                         "Cmd": ["/bin/sh"]})
+                        {"Env": [DEBIAN_PATH], "Cmd": ["/bin/sh"]})
     finally:
         layer.unlink()
 

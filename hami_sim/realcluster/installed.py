@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from hami_common import constants as C
-from hami_sim.demo.cluster import ClusterError
+from hami_sim.demo.cluster import ClusterError, tail
 from hami_sim.realcluster.cluster import wait_for
 from hami_sim.realcluster.components import versions
 from hami_sim.realcluster.images import (BULLSEYE_IMAGE, SCHEDULER_IMAGE, rootfs_archive,
@@ -185,20 +185,37 @@ def restarts(c) -> list:
                 last = (s.get("lastState") or {}).get("terminated") or {}
                 found.append(f"{pod['metadata']['name']}/{s['name']} restarted "
                              f"{s['restartCount']} time(s), last ended {last.get('reason')} "
-                             f"(exit {last.get('exitCode')}) at {last.get('finishedAt')}")
+                             f"(exit {last.get('exitCode')}) at {last.get('finishedAt')}; "
+                             f"its output ended:\n"
+                             f"{last_output(c, pod, s['name'], 5, s['restartCount'] - 1)}")
     return found
 
 
 def pod_trouble(c) -> str:
-    """Why a pod of the release cannot start, in words ('' while none is stuck)."""
+    """Why a pod of the release cannot start, in words, with the end of the container's last
+    output ('' while none is stuck)."""
     for pod in get_json(c, "pods").get("items", []):
         status = pod.get("status") or {}
         for s in (status.get("initContainerStatuses") or []) + \
                 (status.get("containerStatuses") or []):
             waiting = (s.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in ("CrashLoopBackOff", "CreateContainerError",
-                                         "ErrImageNeverPull", "ImagePullBackOff",
-                                         "CreateContainerConfigError", "RunContainerError"):
+            if waiting.get("reason") in STUCK:
                 return (f"{pod['metadata']['name']}/{s['name']}: {waiting['reason']}: "
-                        f"{waiting.get('message', '')[:800]}")
+                        f"{waiting.get('message', '')[:800]}; its last output:\n"
+                        f"{last_output(c, pod, s['name'])}")
     return ""
+
+
+STUCK = ("CrashLoopBackOff", "CreateContainerError", "ErrImageNeverPull", "ImagePullBackOff",
+         "CreateContainerConfigError", "RunContainerError")
+
+
+def last_output(c, pod: dict, container: str, lines: int = 15, run=None) -> str:
+    """The end of a container's CRI log file (kubelet's podLogsDir) of one run (its restart
+    count then), by default the newest."""
+    meta = pod["metadata"]
+    folder = c.pod_logs / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / container
+    logs = [folder / f"{run}.log"] if run is not None else \
+        sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    logs = [p for p in logs if p.exists()]
+    return tail(logs[-1], lines) if logs else "(none)"

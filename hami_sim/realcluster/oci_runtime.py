@@ -15,8 +15,10 @@ that `python3 -m hami_sim...`, hami-control and hami-node run unchanged. Other i
 kube-scheduler image, the Debian bullseye image) run as they are.
 
 With HAMI_OCI_HOSTS_FILE set (the installed mode's Service routing, svcproxy.py), its lines
-are appended once to the pod's /etc/hosts (kubelet's file): the names cluster DNS would give. The simulated driver is a library, not a kernel driver: it identifies processes by
-pid, so containers stay in the host's PID namespace (a real driver sees host pids too).
+are appended once to the pod's /etc/hosts (kubelet's file): the names cluster DNS would give.
+
+The simulated driver is a library, not a kernel driver: it identifies processes by pid, so
+containers stay in the host's PID namespace (a real driver sees host pids too).
 
 Standard library only, run with `python3 -S`: it runs on every runc call.
 Configuration (set by the generated wrapper script): HAMI_OCI_RUNC, HAMI_OCI_SIM_LIBS,

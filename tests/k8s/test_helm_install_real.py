@@ -10,40 +10,23 @@ conftest.py runs this module before the others: the machine holds one real clust
 """
 from __future__ import annotations
 
-import io
 import json
-import os
 import time
 
 import pytest
 
 from hami_sim.demo.examples import load_examples
-from hami_sim.demo.report import HEADERS, Reporter, checks_text, format_table, pod_row
-from hami_sim.realcluster.cluster import RealCluster
+from hami_sim.demo.report import HEADERS, checks_text, format_table, pod_row
+from hami_sim.demo.scenario import pod_gpus
 from hami_sim.realcluster.images import BULLSEYE_IMAGE
 from hami_sim.realcluster.installed import NAMESPACE, rollout_done
-from hami_sim.realcluster.scenario import container_log, run_real_scenario
+from hami_sim.realcluster.scenario import (container_log, run_real_scenario,
+                                           unschedulable_message)
 
-from k8shelpers import create, delete, get, pod, wait_phase
+from k8shelpers import INFO, create, delete, get, pod, wait_phase
 
 pytestmark = pytest.mark.timeout(3600)
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def installed():
-    """The real cluster with hami-py installed by `helm install` (stopped at the module's
-    end)."""
-    if os.geteuid() != 0:
-        pytest.fail("tests/k8s runs kubelet and containerd, which need root")
-    reporter = Reporter(io.StringIO(), tty=False)
-    cluster = RealCluster(step=reporter.step, install="helm")
-    cluster.reporter = reporter
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_the_examples_pass_through_the_helm_installation(installed):
@@ -54,21 +37,13 @@ def test_the_examples_pass_through_the_helm_installation(installed):
     assert result.ok and not result.timed_out, f"\n{table}\n{checks_text(result.pods)}"
 
 
-def big_a100(name: str) -> dict:
-    """A pod holding most of an A100 for a few seconds: two of them never fit on one GPU."""
+def big_a100(name: str, command) -> dict:
+    """A pod asking for most of an A100: two of them never fit on one GPU."""
     return pod(name, {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "30000"}},
-               ["python3", "-m", "hami_sim.demo.workloads", "compute", "--seconds", "3",
-                "--hold-mib", "256"], annotations={"nvidia.com/use-gputype": "A100"})
-
-
-def running_span(p: dict) -> tuple:
-    """When the pod's container started and finished (RFC 3339 strings sort in time)."""
-    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
-    return term["startedAt"], term["finishedAt"]
+               command, annotations={"nvidia.com/use-gputype": "A100"})
 
 
 def gpus_of(p: dict) -> set:
-    from hami_sim.demo.scenario import pod_gpus
     return {d.uuid for ctr in pod_gpus(p) for d in ctr}
 
 
@@ -80,36 +55,47 @@ def scheduled_events(c, name: str) -> list:
     return [e for e in events if e.get("reason") == "Scheduled"]
 
 
+def wait_until(what: str, check, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what} after {timeout:.0f} s"
+        time.sleep(0.5)
+
+
 def test_a_rolling_update_of_hami_control_completes_and_gives_no_gpu_twice(installed):
+    """Both A100s held by pods the old replicas placed; a rolling update replaces every
+    replica (a pod placed meanwhile runs); the new leader still sees both A100s taken: two more
+    such pods wait, with the extender's reason, until the first two are gone."""
     c = installed
-    names = [f"roll-{i}" for i in range(4)]
-    c.kubectl("rollout", "restart", "deployment/hami-control", "-n", NAMESPACE)
+    holders, later = ["hold-0", "hold-1"], ["after-0", "after-1"]
+    for name in holders:
+        create(c, big_a100(name, ["sleep", "600"]))
     try:
-        for name in names:          # placed while replicas come and go, two A100s for four
-            create(c, big_a100(name))
-        deadline = time.monotonic() + 120
-        while not rollout_done(c):
-            assert time.monotonic() < deadline, c.kubectl("get", "deploy,pods", "-n", NAMESPACE)
-            time.sleep(0.5)
-        pods = {n: wait_phase(c, n, timeout=150) for n in names}
+        for name in holders:
+            wait_phase(c, name, ("Running",), timeout=90)
+        c.kubectl("rollout", "restart", "deployment/hami-control", "-n", NAMESPACE)
+        create(c, pod("during", {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "512"}}))
+        wait_until("hami-control's rolling update not done", lambda: rollout_done(c))
+        assert wait_phase(c, "during", timeout=90)["status"]["phase"] == "Succeeded"
         assert not c.problems(), c.problems()
-        for n, p in pods.items():
-            assert p["status"]["phase"] == "Succeeded", (
-                f"{n}: {json.dumps(p['status'])[:1500]}\n"
-                f"{container_log(c.pod_logs, p, 'main')[-1500:]}")
-        for n in names:
-            assert len(scheduled_events(c, n)) == 1, f"{n} bound more than once"
-        # Pods that got the same GPU ran one after the other, never together.
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                if gpus_of(pods[a]) & gpus_of(pods[b]):
-                    (a0, a1), (b0, b1) = running_span(pods[a]), running_span(pods[b])
-                    assert a1 <= b0 or b1 <= a0, f"{a} and {b} held one A100 at once"
-        new = c.kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name="
-                        "hami-control", "-o", "jsonpath={.items[*].metadata.name}").split()
-        assert len(new) == 2
+        for name in later:
+            create(c, big_a100(name, INFO))
+        for name in later:
+            wait_until(f"{name} not refused by the extender",
+                       lambda: "CardInsufficientMemory" in unschedulable_message(get(c, name)))
+        assert gpus_of(get(c, holders[0])) | gpus_of(get(c, holders[1])) and \
+            not gpus_of(get(c, holders[0])) & gpus_of(get(c, holders[1]))
+        delete(c, *holders)
+        for name in later:
+            done = wait_phase(c, name, timeout=120)
+            assert done["status"]["phase"] == "Succeeded", json.dumps(done["status"])[:1500]
+        for name in holders + later + ["during"]:
+            assert len(scheduled_events(c, name)) == 1, f"{name} bound more than once"
+        replicas = c.kubectl("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name="
+                             "hami-control", "-o", "jsonpath={.items[*].metadata.name}").split()
+        assert len(replicas) == 2
     finally:
-        delete(c, *names)
+        delete(c, *holders, *later, "during")
 
 
 # In the bullseye image (no project code there): the glibc the process runs on, whether the

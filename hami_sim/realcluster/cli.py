@@ -14,7 +14,7 @@ from hami_sim.demo.cluster_cli import watch_until_broken
 def hints(cluster, kubeconfig: Path) -> str:
     """How to use the cluster."""
     kubectl = cluster.bins["kubectl"]
-    agent_log = "its pod's log (kubectl logs -n hami-system ds/hami-node)" if cluster.installed \
+    agent_log = f"{cluster.pod_logs}/hami-system_hami-node-*/hami-node/" if cluster.installed \
         else cluster.node.agent_log
     return f"""
 kubeconfig (admin): {kubeconfig}

@@ -115,9 +115,9 @@ def wait_installed(c, timeout: float = INSTALL_TIMEOUT_S) -> None:
     from hami_sim.realcluster.node import allocatable
     want = c.spec.split * len(c.spec.gpus)
     wait_for("hami-control's Deployment Available", lambda: rollout_done(c), timeout,
-             alive=lambda: not pod_trouble(c) or _raise(pod_trouble(c)))
+             alive=lambda: no_trouble(c))
     wait_for("hami-node's DaemonSet Ready", lambda: daemonset_ready(c), timeout,
-             alive=lambda: not pod_trouble(c) or _raise(pod_trouble(c)))
+             alive=lambda: no_trouble(c))
     wait_for(f"kubelet offering {want} {C.RESOURCE_GPU}", lambda: allocatable(c) == want, 60)
     wait_for("the extender's Service routed to the leader",
              lambda: bool(ready_endpoints(c, "hami-control-leader")), 60)
@@ -126,8 +126,13 @@ def wait_installed(c, timeout: float = INSTALL_TIMEOUT_S) -> None:
            f"Ready; kubelet offers {want} x {C.RESOURCE_GPU}")
 
 
-def _raise(message: str):
-    raise ClusterError(message)
+def no_trouble(c) -> bool:
+    """True while no pod of the release is stuck; ClusterError saying why otherwise (a crash
+    loop ends the wait at once, with the container's output)."""
+    trouble = pod_trouble(c)
+    if trouble:
+        raise ClusterError(trouble)
+    return True
 
 
 def get_json(c, *args: str) -> dict:

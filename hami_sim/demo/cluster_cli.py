@@ -20,8 +20,8 @@ from typing import List, Optional
 from hami_sim.demo.cli import EXIT_BROKEN, EXIT_OK, EXIT_USAGE, run_command, signals_deferred
 
 POD_COLUMNS = "NAME:.metadata.name,PHASE:.status.phase,NODE:.spec.nodeName"
-USAGE = ("usage: hami-sim cluster up [--real] [--workdir DIR] [--kubeconfig-out FILE] "
-         "[--with-examples]")
+USAGE = ("usage: hami-sim cluster up [--real [--install helm]] [--workdir DIR] "
+         "[--kubeconfig-out FILE] [--with-examples]")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +37,10 @@ def parser() -> argparse.ArgumentParser:
                    help="a real Kubernetes cluster (etcd, kube-apiserver, kube-scheduler, "
                         "kubelet, containerd) instead of the doubles; the first run builds it "
                         "(tools/k8s/build.sh, about 25 min on 2 cores); needs root")
+    p.add_argument("--install", choices=("processes", "helm"), default="processes",
+                   help="with --real: how hami-control and hami-node run: processes with their "
+                        "ServiceAccounts' tokens (default), or the chart's Deployment and "
+                        "DaemonSet installed with helm from the project's local image")
     p.add_argument("--with-examples", action="store_true",
                    help="submit the example pods of examples/ once the cluster is up")
     p.add_argument("--examples", metavar="DIR", help="folder of example pods (--with-examples)")
@@ -78,6 +82,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_USAGE
     args = parser().parse_args(argv[1:])
     body = serve
+    if args.install != "processes" and not args.real:
+        print("hami-sim cluster up: --install helm needs --real", file=sys.stderr)
+        return EXIT_USAGE
     if args.real:
         from hami_sim.realcluster.cli import serve_real as body
     return run_command("hami-sim cluster up", args.examples,

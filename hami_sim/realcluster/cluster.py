@@ -28,11 +28,14 @@ from hami_sim.demo.cluster import (A100, T4, ClusterError, NodeSpec, SimNode, cl
 from hami_sim.kubeconfig import write_kubeconfig
 from hami_sim.launch import Startable
 from hami_sim.realcluster import config as cfg
-from hami_sim.realcluster.components import ensure_components
+from hami_sim.realcluster.components import COMPONENTS, ensure_components
 from hami_sim.realcluster.pki import make_pki
 from hami_sim.realcluster.reaper import reap
 
 NODE = NodeSpec("node-a", (A100, A100, T4, T4))
+# How hami-control and hami-node run: as processes with their ServiceAccounts' tokens, or as
+# the chart's Deployment and DaemonSet installed with helm (installed.py).
+INSTALL_MODES = ("processes", "helm")
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")   # fixed in kubelet
 READY_TIMEOUT_S = 120.0
 # One real cluster per machine at a time: kubelet's device plugin folder and our cgroup root
@@ -74,8 +77,12 @@ class RealCluster(Startable):
     """The real cluster, started and stopped together (see the module's doc)."""
 
     def __init__(self, workdir=None, step: Step = lambda _m: None, keep: bool = False,
-                 node: NodeSpec = NODE, scheduling_only: bool = False):
-        self.step, self.keep, self.spec = step, keep, node
+                 node: NodeSpec = NODE, scheduling_only: bool = False,
+                 install: str = "processes"):
+        if install not in INSTALL_MODES:
+            raise ClusterError(f"install must be one of {', '.join(INSTALL_MODES)}, "
+                               f"not {install!r}")
+        self.step, self.keep, self.spec, self.install = step, keep, node, install
         # Only what scheduling needs (benchmarks): no controller manager, no node.
         self.scheduling_only = scheduling_only
         self._own_root = workdir is None
@@ -91,6 +98,17 @@ class RealCluster(Startable):
         self._api_client = None
         self._machine_lock = None
         self.control_args: list = []             # more hami-control flags (benchmarks)
+
+    @property
+    def installed(self) -> bool:
+        """Whether hami-control and hami-node run as the chart's Deployment and DaemonSet."""
+        return self.install == "helm"
+
+    @property
+    def cgroup(self) -> str:
+        """The kubelet's cgroup root, reaped at the end ('' without a node: the machine lock
+        is not held, and another cluster's containers may live there)."""
+        return "" if self.scheduling_only else cfg.CGROUP_ROOT
 
     # Paths --------------------------------------------------------------------------------
 
@@ -123,7 +141,7 @@ class RealCluster(Startable):
 
     def _start(self) -> None:
         from hami_sim.realcluster import control_plane, node
-        self.bins = ensure_components()
+        self.bins = ensure_components(COMPONENTS + (("helm",) if self.installed else ()))
         if not self.scheduling_only:      # machine-wide: kubelet's plugin folder, cgroups
             self._lock_machine()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -156,7 +174,7 @@ class RealCluster(Startable):
     def _start_watchdog(self) -> None:
         self.watchdog = subprocess.Popen(
             [sys.executable, "-m", "hami_sim.realcluster.reaper", "--pgid-file",
-             str(self.pgid_file), "--cgroup", cfg.CGROUP_ROOT, "--containerd-socket",
+             str(self.pgid_file), "--cgroup", self.cgroup, "--containerd-socket",
              str(self.containerd_socket), "--workdir", str(self.root)],
             start_new_session=True, **child_options(),
             # It holds the machine lock too: no new cluster starts before it has reaped.
@@ -196,7 +214,7 @@ class RealCluster(Startable):
             if self.node is not None:
                 self.node.stop()
         finally:
-            reap(self.pgid_file, cfg.CGROUP_ROOT, str(self.containerd_socket), self.root)
+            reap(self.pgid_file, self.cgroup, str(self.containerd_socket), self.root)
             if self.watchdog is not None:
                 self.watchdog.stdin.close()      # its reap finds nothing left; it exits
                 self.watchdog.wait(timeout=60)
@@ -246,8 +264,11 @@ class RealCluster(Startable):
         found = [f"{name} exited ({p.returncode}); its log ends:\n"
                  f"{tail(self.logs / (name + '.log'), 5)}"
                  for name, p in self.procs.items() if p.poll() is not None]
-        if self.node is not None and not self.node.alive():
+        if self.node is not None and self.node.agent is not None and not self.node.alive():
             found.append(f"hami-node exited; its log ends:\n{tail(self.node.agent_log, 5)}")
+        if self.installed:
+            from hami_sim.realcluster.installed import restarts
+            found += restarts(self)
         return found
 
     def new_node_agent(self) -> SimNode:

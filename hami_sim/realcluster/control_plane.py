@@ -33,6 +33,11 @@ def start(c) -> None:
     start_apiserver(c)
     if not c.scheduling_only:
         start_controller_manager(c)
+    if c.installed:        # the chart brings RBAC, hami-control, its scheduler and webhook
+        from hami_sim.realcluster.installed import start_service_proxy
+        start_service_proxy(c, SERVICE_RANGE)
+        start_default_scheduler(c)
+        return
     c.apply(cfg.rbac_objects())
     c.step("deploy/'s namespace, ServiceAccounts, ClusterRoles and bindings applied")
     start_control(c)
@@ -73,7 +78,7 @@ def start_apiserver(c) -> None:
         f"--service-cluster-ip-range={SERVICE_RANGE}", "--allow-privileged=true",
         f"--kubelet-client-certificate={p.crt('apiserver-kubelet-client')}",
         f"--kubelet-client-key={p.key('apiserver-kubelet-client')}",
-        "--profiling=false", "--v=1"])
+        "--profiling=false", "--v=1", *webhook_routing(c)])
     c.write_kubeconfig(c.kubeconfig, client_cert=str(p.crt("admin")),
                        client_key=str(p.key("admin")))
     ctx = ssl.create_default_context(cafile=str(p.ca))
@@ -81,6 +86,13 @@ def start_apiserver(c) -> None:
     wait_for("kube-apiserver", lambda: _get(c.api_url + "/readyz", ctx), 90,
              c.logs / "kube-apiserver.log", lambda: proc.poll() is None)
     c.step(f"kube-apiserver serving {c.api_url} (admin kubeconfig {c.kubeconfig})")
+
+
+def webhook_routing(c) -> list:
+    """The installed mode: the API server calls the webhook Service's endpoints directly
+    (a real option of kube-apiserver), not through svcproxy: a Python proxy passes the end of
+    an idle keep-alive connection on late, and a webhook call racing it was reset (seen twice)."""
+    return ["--enable-aggregator-routing=true"] if c.installed else []
 
 
 def start_controller_manager(c) -> None:
@@ -138,6 +150,18 @@ def start_schedulers(c) -> None:
         c.bins["kube-scheduler"], f"--config={sched}", "--bind-address=127.0.0.1",
         f"--secure-port={c.ports['scheduler']}", f"--authentication-kubeconfig={kc}",
         f"--authorization-kubeconfig={kc}", "--v=2"])
+    start_default_scheduler(c)
+    wait_for("kube-scheduler (hami-scheduler profile) leading",
+             lambda: "lease.coordination.k8s.io/hami-scheduler" in c.kubectl(
+                 "get", "lease", "-n", CONTROL_SA[0], "-o", "name", check=False).split(),
+             60, c.logs / "kube-scheduler.log", lambda: hami.poll() is None)
+    c.step("kube-scheduler running deploy/'s KubeSchedulerConfiguration (extender: "
+           f"{c.control.url}, TLS server name as shipped), leader of its Lease; the default "
+           "kube-scheduler beside it")
+
+
+def start_default_scheduler(c) -> None:
+    """The cluster's default kube-scheduler (admin credentials)."""
     default = cfg.write_json(c.root / "default-scheduler-config.yaml", {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
@@ -147,13 +171,6 @@ def start_schedulers(c) -> None:
         f"--secure-port={c.ports['default_scheduler']}",
         f"--authentication-kubeconfig={c.kubeconfig}",
         f"--authorization-kubeconfig={c.kubeconfig}", "--v=1"])
-    wait_for("kube-scheduler (hami-scheduler profile) leading",
-             lambda: "lease.coordination.k8s.io/hami-scheduler" in c.kubectl(
-                 "get", "lease", "-n", CONTROL_SA[0], "-o", "name", check=False).split(),
-             60, c.logs / "kube-scheduler.log", lambda: hami.poll() is None)
-    c.step("kube-scheduler running deploy/'s KubeSchedulerConfiguration (extender: "
-           f"{c.control.url}, TLS server name as shipped), leader of its Lease; the default "
-           "kube-scheduler beside it")
 
 
 def json_items(text: str) -> list:

@@ -27,7 +27,11 @@ def start(c) -> None:
     """containerd, images, kubelet, hami-node; waits until the node offers the GPUs."""
     start_containerd(c)
     start_kubelet(c)
-    start_agent(c)
+    if c.installed:
+        from hami_sim.realcluster.installed import install
+        install(c)
+    else:
+        start_agent(c)
 
 
 def host_mounts() -> list:
@@ -47,6 +51,9 @@ def runtime_wrapper(c, node_env: dict) -> Path:
     exports = {"HAMI_OCI_RUNC": c.bins["runc"], "HAMI_OCI_SIM_LIBS": str(lib_dir()),
                "HAMI_OCI_HOST_MOUNTS": ":".join(host_mounts()),
                "HAMI_OCI_SIM_ENV": json.dumps(sim)}
+    if c.installed:
+        from hami_sim.realcluster.installed import hosts_file
+        exports["HAMI_OCI_HOSTS_FILE"] = str(hosts_file(c))
     script = c.root / "containerd" / "hami-runc"
     script.write_text("#!/bin/sh\n" + "".join(f"export {k}={shlex.quote(v)}\n"
                                               for k, v in exports.items())
@@ -68,7 +75,11 @@ def start_containerd(c) -> None:
     proc = c.spawn("containerd", [c.bins["containerd"], "--config", str(conf)])
     wait_for("containerd", c.containerd_socket.exists, 30, c.logs / "containerd.log",
              lambda: proc.poll() is None)
-    import_images(str(c.containerd_socket), c.root / "images")
+    extra = []
+    if c.installed:
+        from hami_sim.realcluster.installed import extra_images
+        extra = extra_images(c)
+    import_images(str(c.containerd_socket), c.root / "images", extra)
     c.step("containerd running (runc through the simulated toolkit's wrapper; pause and "
            "workload images imported, no registry)")
 

@@ -8,11 +8,17 @@ Allocate sets it), the simulated libcuda.so.1 and libnvidia-ml.so.1 are bind-mou
 by the toolkit; the simulator's configuration (devices, state folder) is added to its
 environment and the selected devices become the simulator's visibility variable.
 
-The workload image is a skeleton root filesystem: the host's userland (/usr, the Python that
-made the project's virtual environment, and the project checkout with its .venv) is
-bind-mounted read-only into every workload container, so that `python3 -m hami_sim...` runs
-unchanged. The simulated driver is a library, not a kernel driver: it identifies processes by
-pid, so containers stay in the host's PID namespace (a real driver sees host pids too).
+The project's image is a skeleton root filesystem (marked by a file HOST_USERLAND_MARK at its
+root): the host's userland (/usr, the Python that made the project's virtual environment, and
+the project checkout with its .venv) is bind-mounted read-only into each of its containers, so
+that `python3 -m hami_sim...`, hami-control and hami-node run unchanged. Other images (the
+kube-scheduler image, the Debian bullseye image) run as they are.
+
+With HAMI_OCI_HOSTS_FILE set (the installed mode's Service routing, svcproxy.py), its lines
+are appended once to the pod's /etc/hosts (kubelet's file): the names cluster DNS would give.
+
+The simulated driver is a library, not a kernel driver: it identifies processes by pid, so
+containers stay in the host's PID namespace (a real driver sees host pids too).
 
 Standard library only, run with `python3 -S`: it runs on every runc call.
 Configuration (set by the generated wrapper script): HAMI_OCI_RUNC, HAMI_OCI_SIM_LIBS,
@@ -27,6 +33,8 @@ LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1")
 VISIBLE = "NVIDIA_VISIBLE_DEVICES"        # hami_sim.container.RUNTIME_VISIBLE_VAR
 SIM_VISIBLE = "HAMI_SIM_VISIBLE_DEVICES"  # hami_sim.container.SIM_VISIBLE_VAR
 SANDBOX = ("io.kubernetes.cri.container-type", "sandbox")
+HOST_USERLAND_MARK = ".hami-host-userland"     # hami_sim.realcluster.images
+HOSTS_MARK = "# hami-k8s services\n"
 
 
 def bundle_of(args: list) -> str:
@@ -48,14 +56,32 @@ def _set_env(env: list, name: str, value: str) -> list:
     return [e for e in env if not e.startswith(name + "=")] + [f"{name}={value}"]
 
 
-def edit(spec: dict, sim_libs: str, host_mounts: list, sim_env: dict) -> dict:
-    """The container's spec with the host userland, and for a GPU container the simulated
-    driver; a pod's sandbox (pause) container is left alone."""
+def add_hosts(mounts: list, hosts_file: str) -> None:
+    """Appends the Service names of hosts_file to the pod's /etc/hosts (once per pod)."""
+    try:
+        with open(hosts_file) as f:
+            lines = f.read()
+    except OSError:
+        return
+    for m in mounts:
+        if m.get("destination") == "/etc/hosts" and os.path.isfile(m.get("source", "")):
+            with open(m["source"], "r+") as f:
+                if HOSTS_MARK not in f.read():
+                    f.write(HOSTS_MARK + lines)
+
+
+def edit(spec: dict, sim_libs: str, host_mounts: list, sim_env: dict, rootfs: str = "",
+         hosts_file: str = "") -> dict:
+    """The container's spec with the host userland (the project's skeleton image), and for a
+    GPU container the simulated driver; a pod's sandbox (pause) container is left alone."""
     annotations = spec.get("annotations") or {}
     if annotations.get(SANDBOX[0]) == SANDBOX[1]:
         return spec
     mounts = spec.setdefault("mounts", [])
-    mounts.extend(_bind(p, p) for p in host_mounts if os.path.exists(p))
+    if hosts_file:
+        add_hosts(mounts, hosts_file)
+    if os.path.exists(os.path.join(rootfs, HOST_USERLAND_MARK)):
+        mounts.extend(_bind(p, p) for p in host_mounts if os.path.exists(p))
     linux = spec.setdefault("linux", {})
     linux["namespaces"] = [ns for ns in linux.get("namespaces", []) if ns.get("type") != "pid"]
     process = spec.setdefault("process", {})
@@ -81,12 +107,15 @@ def main(args: list) -> None:
     """Edits the bundle's config.json on `create`, then becomes runc."""
     runc = os.environ.get("HAMI_OCI_RUNC", "runc")
     if "create" in args or "run" in args:
-        path = os.path.join(bundle_of(args), "config.json")
+        bundle = bundle_of(args)
+        path = os.path.join(bundle, "config.json")
         with open(path) as f:
             spec = json.load(f)
+        rootfs = os.path.join(bundle, (spec.get("root") or {}).get("path", "rootfs"))
         spec = edit(spec, os.environ["HAMI_OCI_SIM_LIBS"],
                     [p for p in os.environ.get("HAMI_OCI_HOST_MOUNTS", "").split(":") if p],
-                    json.loads(os.environ.get("HAMI_OCI_SIM_ENV", "{}")))
+                    json.loads(os.environ.get("HAMI_OCI_SIM_ENV", "{}")), rootfs,
+                    os.environ.get("HAMI_OCI_HOSTS_FILE", ""))
         with open(path + ".tmp", "w") as f:
             json.dump(spec, f)
         os.replace(path + ".tmp", path)

@@ -123,9 +123,12 @@ def read_pgids(path: Path) -> list:
 
 
 def reap(pgid_file: Path, cgroup: str, containerd_socket: str, workdir: Path) -> None:
-    """Everything the cluster left: processes, containers, shims, mounts."""
+    """Everything the cluster left: processes, containers, shims, mounts. cgroup '': a
+    cluster without a node (scheduling only) leaves the machine-wide cgroup alone: another
+    cluster's containers may be running there."""
     kill_groups(read_pgids(pgid_file))
-    kill_cgroup(cgroup)
+    if cgroup:
+        kill_cgroup(cgroup)
     kill_shims(containerd_socket)
     unmount_under(workdir)
 

@@ -19,24 +19,44 @@ from hami_sim.realcluster.cluster import RealCluster
 # Starting the cluster (and, on a fresh machine run without make, building it) happens in the
 # first test's setup; later tests are quick.
 START_TIMEOUT_S = 3600
+# Modules with a cluster of their own run first: the machine holds one real cluster at a time
+# (its lock), and the session's cluster, once started, is held until the session ends.
+OWN_CLUSTER_MODULES = ("test_helm_install_real.py",)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Moves the tests of OWN_CLUSTER_MODULES to the front (their order kept)."""
+    items.sort(key=lambda item: item.path.name not in OWN_CLUSTER_MODULES)
 
 
 class StepLog(io.StringIO):
     """What the cluster reported while starting (shown when a test fails)."""
 
 
-@pytest.fixture(scope="session")
-def real_cluster():
-    """The real cluster, started once for the session and stopped at its end."""
+def started_cluster(**options):
+    """A RealCluster(**options) started, yielded, and stopped (a fixture's body)."""
     if os.geteuid() != 0:
         pytest.fail("tests/k8s runs kubelet and containerd, which need root (our machines and "
                     "CI run as root); run `sudo make test`")
     out = StepLog()
     reporter = Reporter(out, tty=False)
-    cluster = RealCluster(step=reporter.step)
+    cluster = RealCluster(step=reporter.step, **options)
     cluster.reporter = reporter
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def real_cluster():
+    """The real cluster, started once for the session and stopped at its end."""
+    yield from started_cluster()
+
+
+@pytest.fixture(scope="module")
+def installed():
+    """A real cluster of its own with hami-py installed by `helm install`
+    (test_helm_install_real.py; stopped at the module's end)."""
+    yield from started_cluster(install="helm")

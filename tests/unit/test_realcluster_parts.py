@@ -1,0 +1,112 @@
+"""Pieces of the real cluster's installed mode that run without root: svcproxy's routing
+table, its forwarding (real sockets on loopback), and the runtime wrapper's spec edits."""
+import socket
+import threading
+
+from hami_sim.realcluster import oci_runtime, svcproxy
+
+
+def service(ns, name, ip, port_name="https"):
+    return {"metadata": {"namespace": ns, "name": name},
+            "spec": {"clusterIP": ip, "ports": [{"name": port_name, "port": 443}]}}
+
+
+def endpoint_slice(ns, owner, ready: dict, port=9443, port_name="https"):
+    return {"metadata": {"namespace": ns, "labels": {"kubernetes.io/service-name": owner}},
+            "ports": [{"name": port_name, "port": port}],
+            "endpoints": [{"addresses": [a], "conditions": {"ready": r}}
+                          for a, r in ready.items()]}
+
+
+def test_routes_go_to_ready_endpoints_and_the_api_service_to_loopback():
+    services = [service("default", "kubernetes", "10.96.0.1"),
+                service("hami-system", "hami-control", "10.96.1.1"),
+                service("hami-system", "hami-control-leader", "10.96.1.2"),
+                {"metadata": {"namespace": "x", "name": "headless"},
+                 "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}]
+    slices = [endpoint_slice("hami-system", "hami-control",
+                             {"10.88.0.5": True, "10.88.0.6": False}),
+              endpoint_slice("hami-system", "hami-control-leader", {"10.88.0.6": False})]
+    routes = svcproxy.routes_of(services, slices, api_port=6443)
+    assert routes == {("10.96.0.1", 443): [("127.0.0.1", 6443)],
+                      ("10.96.1.1", 443): [("10.88.0.5", 9443)],
+                      ("10.96.1.2", 443): []}
+    hosts = svcproxy.hosts_lines(services).splitlines()
+    assert "10.96.1.2 hami-control-leader.hami-system.svc " \
+           "hami-control-leader.hami-system.svc.cluster.local" in hosts
+    assert len(hosts) == 3
+
+
+def echo_server():
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = server.accept()
+        with conn:
+            while data := conn.recv(1024):
+                conn.sendall(b"echo:" + data)
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_connection_is_forwarded_to_an_endpoint_that_answers():
+    upstream = echo_server()
+    dead = ("127.0.0.1", free_port())          # nothing listens: the next endpoint is tried
+    key = ("127.0.0.1", free_port())
+    table = svcproxy.Table()
+    table.routes = {key: [dead, upstream]}
+    table.turn = iter(lambda: 0, 1)            # always from the first endpoint
+    svcproxy.listen(table, key)
+    with socket.create_connection(key, timeout=5) as client:
+        client.sendall(b"hello")
+        assert client.recv(1024) == b"echo:hello"
+
+
+def test_a_service_without_ready_endpoints_closes_the_connection():
+    key = ("127.0.0.1", free_port())
+    table = svcproxy.Table()
+    table.routes = {key: []}
+    svcproxy.listen(table, key)
+    with socket.create_connection(key, timeout=5) as client:
+        assert client.recv(1024) == b""
+
+
+def spec(hosts_file=None, sandbox=False):
+    mounts = [{"destination": "/etc/hosts", "source": str(hosts_file)}] if hosts_file else []
+    annotations = {"io.kubernetes.cri.container-type": "sandbox" if sandbox else "container"}
+    return {"annotations": annotations, "mounts": mounts,
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "network"}]},
+            "process": {"env": ["PATH=/bin"]}}
+
+
+def test_only_the_project_image_gets_the_host_userland(tmp_path):
+    skeleton, plain = tmp_path / "skeleton", tmp_path / "plain"
+    skeleton.mkdir()
+    plain.mkdir()
+    (skeleton / oci_runtime.HOST_USERLAND_MARK).write_text("")
+    host = [str(tmp_path)]
+    mounted = oci_runtime.edit(spec(), "/libs", host, {}, str(skeleton))
+    assert [m["destination"] for m in mounted["mounts"]] == [str(tmp_path)]
+    untouched = oci_runtime.edit(spec(), "/libs", host, {}, str(plain))
+    assert untouched["mounts"] == []
+
+
+def test_service_names_are_appended_once_to_the_pods_hosts_file(tmp_path):
+    names = tmp_path / "service-hosts"
+    names.write_text("10.96.1.2 hami-control-leader.hami-system.svc\n")
+    pod_hosts = tmp_path / "etc-hosts"
+    pod_hosts.write_text("127.0.0.1 localhost\n")
+    for _ in range(2):                     # two containers of one pod
+        oci_runtime.edit(spec(pod_hosts), "/libs", [], {}, str(tmp_path), str(names))
+    assert pod_hosts.read_text() == ("127.0.0.1 localhost\n" + oci_runtime.HOSTS_MARK +
+                                     "10.96.1.2 hami-control-leader.hami-system.svc\n")
+    sandbox_hosts = tmp_path / "sandbox-hosts"
+    sandbox_hosts.write_text("")
+    oci_runtime.edit(spec(sandbox_hosts, sandbox=True), "/libs", [], {}, "", str(names))
+    assert sandbox_hosts.read_text() == ""

@@ -3,7 +3,9 @@
 Subcommands are imported lazily so that `hami-sim run` does not pay for the Kubernetes client,
 and so that the GPU-only tier works on machines that lack the cluster packages.
 """
+import faulthandler
 import importlib
+import signal
 import sys
 
 # name -> (module, function, one-line help). Each function takes argv (list) and returns an int.
@@ -39,6 +41,9 @@ def main(argv=None) -> int:
         print(f"hami-sim: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module, func, _ = COMMANDS[name]
+    # `kill -USR1` prints every thread's stack to stderr (a command that does not end, as in
+    # tests/e2e's Ctrl-C checks, says where it waits).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:

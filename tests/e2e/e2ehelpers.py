@@ -51,8 +51,14 @@ class Command:
         raise AssertionError(f"no line with {text!r} after {timeout} s:\n{self.output}")
 
     def finish(self, timeout: float) -> int:
-        """Waits for the exit status (the reader drained)."""
-        code = self.proc.wait(timeout=timeout)
+        """Waits for the exit status (the reader drained); an AssertionError with the
+        command's output and its threads' stacks when it did not end within timeout."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGUSR1)  # faulthandler: every thread's stack
+            time.sleep(1)
+            raise AssertionError(f"still running {timeout} s later:\n{self.output}") from None
         self._reader.join(timeout=5)
         return code
 

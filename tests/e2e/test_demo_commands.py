@@ -55,7 +55,7 @@ def test_ctrl_c_stops_every_process_and_removes_the_work_directory(command, tmp_
     demo.wait_for("container default/", 60)         # pods are running
     assert processes_mentioning(workdir)            # the agents and containers of this run
     demo.proc.send_signal(signal.SIGINT)
-    assert demo.finish(timeout=30) == 130, demo.output
+    assert demo.finish(timeout=90) == 130, demo.output
     assert "interrupted" in demo.output
     assert processes_mentioning(workdir) == []
     assert not Path(workdir).exists()
@@ -110,7 +110,7 @@ def test_cluster_up_admits_schedules_and_runs_a_users_pod(command, tmp_path):
     used = int(re.search(r"\((\d+) MiB in use with the context\)", out.read_text()).group(1))
     assert 512 - 64 < used <= 512, out.read_text()
     up.proc.send_signal(signal.SIGINT)
-    assert up.finish(timeout=30) == 0, up.output
+    assert up.finish(timeout=90) == 0, up.output
     assert processes_mentioning(workdir) == []
 
 

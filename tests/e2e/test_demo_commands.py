@@ -150,4 +150,4 @@ def test_cluster_up_answers_kubectl(command, tmp_path, kubectl_binary):
     assert row.get("STATUS") == "Completed", row          # the pod's status, as kubectl shows it
     assert row["READY"] == "0/1" and row["NODE"] in ("node-a", "node-b")
     up.proc.send_signal(signal.SIGTERM)
-    assert up.finish(timeout=30) == 0
+    assert up.finish(timeout=90) == 0

@@ -11,7 +11,7 @@
  * when its context idles, so anything from nothing to k slices), so it loses the most they
  * can explain:
  *
- *     own = measured - k * slice * max(1, floor(measured / ((k + 1) * slice)))
+ *     own = measured - k * slice * max(1, round(measured / ((k + 1) * slice)))
  *
  * but never less than the signature's base (costs.c: the least it took lately) nor more than
  * the sample. That halves a long kernel sharing the device with one saturating neighbour and
@@ -147,9 +147,10 @@ int64_t vgpu_own_time(int64_t measured_ns, int64_t least_ns)
     if (k <= 0)
         return measured_ns;
     int64_t slice = timeslice(), rounds = 1;
-    if (measured_ns >= (k + 1) * slice) /* our own full turns inside it as well (rounding up
-                                          * took a 5 ms kernel to 3 beside a partial neighbour) */
-        rounds = measured_ns / ((k + 1) * slice);
+    if (measured_ns >= (k + 1) * slice) /* our own turns inside it as well (rounded: flooring
+                                          * overcharged the demo's 4 ms kernels shared three
+                                          * ways, gpucores-30 at 22 %) */
+        rounds = (int64_t)((double)measured_ns / (double)((k + 1) * slice) + 0.5);
     int64_t own = measured_ns - rounds * k * slice;
     own = own > least_ns ? own : least_ns;
     own = own < measured_ns ? own : measured_ns;

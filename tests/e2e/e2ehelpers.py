@@ -17,6 +17,13 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C as a terminal gives it. A suite started in the background of a
+    shell (`nohup make test &`) passes SIGINT on ignored, and Python then never raises
+    KeyboardInterrupt: the Ctrl-C checks failed that way in every such run."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Command:
     """A `hami-sim ...` process in its own session, its stdout read line by line."""
 
@@ -24,7 +31,8 @@ class Command:
         self.proc = subprocess.Popen([sys.executable, "-m", "hami_sim.cli", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True,
-                                     env=dict(os.environ, **(env or {})))
+                                     env=dict(os.environ, **(env or {})),
+                                     preexec_fn=_interruptible)
         self.lines: list = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

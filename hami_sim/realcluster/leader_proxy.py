@@ -14,7 +14,8 @@ import socket
 import threading
 from typing import Optional
 
-_CHUNK = 1 << 16
+from hami_sim.realcluster.svcproxy import pump
+
 
 
 def label_selector(selector: dict) -> str:
@@ -83,24 +84,5 @@ class LeaderProxy:
             client.close()
             return
         upstream.settimeout(None)
-        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
-        _pipe(client, upstream)
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    """Copies src to dst until either side ends; then closes both."""
-    try:
-        while True:
-            data = src.recv(_CHUNK)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+        pump(client, upstream)

@@ -74,17 +74,19 @@ def test_streams_of_one_process_overlap_when_their_blocks_fit(sim):
         ctx = ok(cu.cuCtxCreate(None, 4, ok(cu.cuDeviceGet(0))))    # 8 SMs
         f = spin_function()
         a, b = ok(cu.cuStreamCreate(1)), ok(cu.cuStreamCreate(1))
-        took = []
-        for blocks in (4, 8):
-            t0 = time.monotonic()
-            spin(f, 30_000_000, a, blocks=blocks); spin(f, 30_000_000, b, blocks=blocks)
-            ok(cu.cuStreamSynchronize(a)); ok(cu.cuStreamSynchronize(b))
-            took.append((time.monotonic() - t0) * 1e3)
-        say(ms=took)
+        took = {4: [], 8: []}
+        for _ in range(3):
+            for blocks in (4, 8):
+                t0 = time.monotonic()
+                spin(f, 30_000_000, a, blocks=blocks); spin(f, 30_000_000, b, blocks=blocks)
+                ok(cu.cuStreamSynchronize(a)); ok(cu.cuStreamSynchronize(b))
+                took[blocks].append((time.monotonic() - t0) * 1e3)
+        say(ms=[min(took[4]), min(took[8])])
     ''')
     fit, full = out[0]["ms"]
     # 4 + 4 blocks on 8 SMs run side by side (30 ms), 8 + 8 one after the other (60 ms); wall
-    # time on a loaded machine can only add to both.
+    # time on a loaded machine can only add to both, so the least of three tries counts (one
+    # try alone took 54 ms for the side-by-side pair in a fresh-clone run).
     assert 29 <= fit < 0.75 * full and full >= 59, (fit, full)
 
 

@@ -18,8 +18,7 @@
  * leaves a short kernel that straddled others' turns its usual cost; rounding a short
  * sample's excess to whole slices instead charged a 100 us kernel that straddled two partial
  * turns seven times its cost, and a container of three at 30/30/40 % got 11 % of its 30.
- * Samples that still differ by whole slices agree (vgpu_contention_explains), so that others'
- * turns do not make a signature variable. The slice is the driver's (`nvidia-smi
+ * The slice is the driver's (`nvidia-smi
  * compute-policy --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
  *
  * Priority (CUDA_TASK_PRIORITY, HAMi's: 0 is the highest and the default). When containers
@@ -47,7 +46,6 @@
 #define DEFAULT_SLICE_NS 2000000LL
 #define ALONE_PPM 20000 /* utilization within 2 points of our own share: nobody else */
 #define HEADROOM_PPM 50000  /* 5 points */
-#define JITTER_NS 100000LL  /* host jitter in an event pair on an idle stream */
 #define FLOOR_PPM 10000     /* a lower-priority container never stops entirely: 1 point */
 #define SATURATED_PPM 970000
 
@@ -113,17 +111,6 @@ void vgpu_contention_refresh(int rec, int64_t now)
         return;
     refreshed_ns = now;
     __atomic_store_n(&others, count_others(rec), __ATOMIC_RELAXED);
-}
-
-int vgpu_contention_explains(int64_t excess_ns)
-{
-    if (excess_ns <= JITTER_NS)
-        return 1;
-    /* Whole time slices of other contexts, give or take an eighth: others' turns, not a
-     * cost (a neighbour that has not shown in the utilization yet counts as well). */
-    int64_t slice = timeslice(), rest = excess_ns % slice;
-    return __atomic_load_n(&sharing, __ATOMIC_RELAXED) > 0 &&
-           (rest <= slice / 8 + JITTER_NS || rest >= slice - slice / 8);
 }
 
 int vgpu_contention_grew(int64_t excess_ns)

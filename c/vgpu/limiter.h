@@ -128,9 +128,6 @@ void vgpu_measure_end(struct vgpu_sample *s, const struct vgpu_launch *launch, i
 /* ---- contention.c: own time versus others' time slices ---- */
 /* Refreshes (at most every 100 ms) how many other contexts share the device of `rec`. */
 void vgpu_contention_refresh(int rec, int64_t now);
-/* Whether two samples of a kernel may differ by `excess_ns` without its cost changing: host
- * jitter (100 us), or whole time slices of other contexts on a shared device. */
-int vgpu_contention_explains(int64_t excess_ns);
 /* Whether every one of a signature's latest samples exceeding its base by `excess_ns` means
  * that its cost grew rather than that others' turns came in between (under half a slice). */
 int vgpu_contention_grew(int64_t excess_ns);

@@ -1,20 +1,33 @@
-"""The production WSGI server: cheroot (a thread pool, HTTP/1.1 keep-alive), with its built-in
-SSL adapter when a certificate is given. Bottle's own server is single-threaded and for
-development only.
+"""The production WSGI server: cheroot (a thread pool, HTTP/1.1 keep-alive), with TLS when a
+certificate is given. Bottle's own server is single-threaded and for development only.
+
+Two of cheroot's defaults do not fit a webhook and extender that the API server and
+kube-scheduler call from many connections at once (bench/k8s_throughput.py found both):
+- its SSL adapter shakes hands in the one thread that accepts and watches every connection,
+  so a burst of new connections queued behind each other's key exchange, and one client that
+  connected and sent nothing held up every other request for the socket timeout (30 s:
+  kube-scheduler's filter calls timed out and 998 of 1,000 pods went unscheduled). Here the
+  handshake happens in the worker thread that serves the connection (_LazyTlsAdapter);
+- it keeps at most 10 idle keep-alive connections and closes the rest after one request, so
+  past 10 concurrent callers every call paid a new TCP and TLS handshake. Here KEEP_ALIVE.
 
 The certificate and key are read again when their files change (a renewed Secret, cert-manager):
 new connections get the new certificate, established ones keep theirs. A pair that does not
 load (say the certificate is renewed before its key) is logged and retried; the old one stays."""
 import logging
 import os
+import ssl
 import threading
 from typing import Optional
 
-from cheroot import wsgi
+from cheroot import errors, wsgi
+from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from hami_control.errors import ConfigError
 
 log = logging.getLogger(__name__)
+KEEP_ALIVE = 256         # idle keep-alive connections kept open (cheroot's default: 10)
+HANDSHAKE_S = 10.0       # a client has this long to complete its TLS handshake
 
 
 class HttpServer:
@@ -28,6 +41,7 @@ class HttpServer:
                                    shutdown_timeout=2, request_queue_size=128)
         # How often the accept loop looks up from select(): also how long stop() waits.
         self._server.expiration_interval = 0.1
+        self._server.keep_alive_conn_limit = KEEP_ALIVE
         self._tls = bool(tls_cert)
         self._reloader = None
         if tls_cert:
@@ -71,12 +85,62 @@ class HttpServer:
 
 
 def _ssl_adapter(cert: str, key: str):
-    from cheroot.ssl.builtin import BuiltinSSLAdapter
     try:
-        return BuiltinSSLAdapter(cert, key)
+        return _LazyTlsAdapter(cert, key)
     except (OSError, ValueError) as e:      # ssl.SSLError is an OSError
         raise ConfigError("--tls-cert/--tls-key", f"cannot load the certificate {cert!r} "
                           f"with key {key!r}: {e}") from e
+
+
+class _HandshakeOnFirstUse(ssl.SSLSocket):
+    """A server-side TLS socket that shakes hands when first read or written, i.e. in the
+    worker thread serving it. A failed handshake is cheroot's FatalSSLAlert: the connection is
+    dropped quietly, as cheroot does with one that fails in its accept thread."""
+    _shaken = False
+
+    def _shake(self) -> None:
+        if self._shaken:
+            return
+        timeout = self.gettimeout()
+        self.settimeout(HANDSHAKE_S if timeout is None else min(timeout, HANDSHAKE_S))
+        try:
+            self.do_handshake()
+        except OSError as e:         # ssl.SSLError included
+            log.debug("TLS handshake failed: %s", e)
+            raise errors.FatalSSLAlert(str(e)) from e
+        finally:
+            self.settimeout(timeout)
+        self._shaken = True
+
+    def recv_into(self, *args, **kwargs):
+        self._shake()
+        return super().recv_into(*args, **kwargs)
+
+    def recv(self, *args, **kwargs):
+        self._shake()
+        return super().recv(*args, **kwargs)
+
+    def send(self, *args, **kwargs):
+        self._shake()
+        return super().send(*args, **kwargs)
+
+    def sendall(self, *args, **kwargs):
+        self._shake()
+        return super().sendall(*args, **kwargs)
+
+
+class _LazyTlsAdapter(BuiltinSSLAdapter):
+    """cheroot's built-in adapter, wrapping without the handshake (see the module's text). The
+    WSGI environ says HTTPS but not the cipher, which is only known after the handshake and
+    which nothing here reads."""
+
+    def __init__(self, cert: str, key: str):
+        super().__init__(cert, key)
+        self.context.sslsocket_class = _HandshakeOnFirstUse
+
+    def wrap(self, sock):
+        return (self.context.wrap_socket(sock, do_handshake_on_connect=False, server_side=True),
+                {"wsgi.url_scheme": "https", "HTTPS": "on"})
 
 
 def _stamp(*paths: str) -> tuple:

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import print_machine, ratio
 from hami_node.shim import ShimSettings, lib_path, shim_env
 from hami_sim.gpu import sim_env
 
@@ -71,10 +72,32 @@ def startup_figures(exe: Path, tmp: Path, count: int, rounds: int) -> None:
     print(f"start-up, {count} at once: {many * 1e3:.0f} ms with the shim, {many_plain * 1e3:.0f} "
           f"ms without (medians of {rounds}): the shim adds {added * 1e3:+.0f} ms = "
           f"{added / one:+.1f}x one process (target <= 2x)")
+    ratio(f"startup_{count}", many * 1e3, many_plain * 1e3, "with the shim", "without", " ms")
     print(f"cuInit in each of the {count}: median {statistics.median(inits) / 1e3:.0f} us, "
           f"p90 {statistics.quantiles(inits, n=10)[-1] / 1e3:.0f} us with the shim; median "
           f"{statistics.median(inits_plain) / 1e3:.0f} us, p90 "
           f"{statistics.quantiles(inits_plain, n=10)[-1] / 1e3:.0f} us without")
+
+
+def report(rows: list) -> None:
+    """Prints the driver's rows: straight to the driver, this shim, and the --before build if
+    given (each: pair, launch, cuMemGetInfo ns, then the three added costs); this shim's
+    ratios to the direct calls of the same run."""
+    direct = rows[0]
+    print(f"direct to the driver: alloc+free pair {direct[0]:.0f} ns, launch "
+          f"{direct[1]:.1f} ns, cuMemGetInfo {direct[2]:.0f} ns")
+    for name, row in zip(["this shim", "before (--before)"], rows[1:]):
+        print(f"{name}: alloc+free pair {row[0]:.0f} ns (adds {row[3]:.0f} ns, target <= "
+              f"1000), launch {row[1]:.1f} ns (adds {row[4]:.1f} ns, target <= 50), "
+              f"cuMemGetInfo {row[2]:.0f} ns (adds {row[5]:.0f} ns)")
+    if len(rows) == 3:
+        now, before = rows[1], rows[2]
+        print(f"this shim - before: alloc+free pair {now[3] - before[3]:+.0f} ns, launch "
+              f"{now[4] - before[4]:+.1f} ns, cuMemGetInfo {now[5] - before[5]:+.0f} ns "
+              "(differences of the medians of per-round added costs)")
+    ratio("alloc_free_pair", rows[1][0], direct[0], "with the shim", "straight to the driver",
+          " ns")
+    ratio("launch", rows[1][1], direct[1], "with the shim", "straight to the driver", " ns")
 
 
 def main() -> int:
@@ -88,6 +111,7 @@ def main() -> int:
                    "side by side (e.g. built from the commit before a change)")
     p.add_argument("--no-startup", action="store_true", help="skip the start-up figures")
     args = p.parse_args()
+    print_machine()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         exe = build(tmp)
@@ -100,19 +124,7 @@ def main() -> int:
         if out.returncode:
             print(out.stderr, file=sys.stderr)
             return 1
-        rows = [list(map(float, line.split())) for line in out.stdout.splitlines()]
-        direct = rows[0]
-        print(f"direct to the driver: alloc+free pair {direct[0]:.0f} ns, launch "
-              f"{direct[1]:.1f} ns, cuMemGetInfo {direct[2]:.0f} ns")
-        for name, row in zip(["this shim", "before (--before)"], rows[1:]):
-            print(f"{name}: alloc+free pair {row[0]:.0f} ns (adds {row[3]:.0f} ns, target <= "
-                  f"1000), launch {row[1]:.1f} ns (adds {row[4]:.1f} ns, target <= 50), "
-                  f"cuMemGetInfo {row[2]:.0f} ns (adds {row[5]:.0f} ns)")
-        if len(rows) == 3:
-            now, before = rows[1], rows[2]
-            print(f"this shim - before: alloc+free pair {now[3] - before[3]:+.0f} ns, launch "
-                  f"{now[4] - before[4]:+.1f} ns, cuMemGetInfo {now[5] - before[5]:+.0f} ns "
-                  "(differences of the medians of per-round added costs)")
+        report([list(map(float, line.split())) for line in out.stdout.splitlines()])
         if args.no_startup:
             return 0
         startup_figures(exe, tmp, args.procs, 7)

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from hami_common import constants as C
+from hami_common import pod_devices
 from hami_common.quantity import parse_quantity
 
 pytestmark = pytest.mark.timeout(900)
@@ -98,6 +99,20 @@ def test_gpumem_quota_refuses_with_numbers_and_frees_when_a_pod_ends(real_cluste
     # first ends after 40 s: the refused pod is retried by kube-scheduler and placed
     _wait(lambda: _read(c, "quota-a", "second")["spec"].get("nodeName"), 420,
           "second placed after first ended")
+
+
+def test_a_percentage_counts_in_mib_of_the_gpu_it_got(real_cluster, namespace):
+    c = real_cluster
+    (_, gpus), = c.gpus().items()
+    namespace("quota-p", {MEM: "100000"})
+    _pod(c, "quota-p", "quarter", 300, gpu=1, **{"gpumem-percentage": 25, "gpucores": 10})
+    given = _wait(lambda: _read(c, "quota-p", "quarter")["metadata"].get(
+        "annotations", {}).get(C.ANNO_DEVICES_ALLOCATED), 120, "devices chosen")
+    (device,), = pod_devices.decode(given)
+    devmem = {d.id: d.devmem for d in gpus}[device.uuid]
+    assert device.usedmem == devmem * 25 // 100, (given, devmem)
+    # the quota counts the MiB of the GPU chosen, as kube-scheduler's quota never could
+    assert _wait(lambda: _used(c, "quota-p").get(MEM) == devmem * 25 // 100, 60, "status used")
 
 
 def test_kubernetes_and_hami_quotas_both_apply_and_count_differently(real_cluster, namespace):

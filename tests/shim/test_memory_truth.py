@@ -197,3 +197,41 @@ def test_a_second_context_that_cannot_fit_is_refused_before_it_exists(container)
     assert first.wait(timeout=30) == 0
     assert out[0]["context"] == "CUDA_ERROR_OUT_OF_MEMORY"
     assert sum(p.used_bytes for p in status.processes) <= CAP
+
+
+def test_every_kind_of_memory_together_stays_within_the_cap_at_the_models_defaults(shim):
+    # no HAMI_SIM_CTX_OVERHEAD / HAMI_SIM_MODULE_MEM: the A100's own context cost and module
+    # memory; then VMM (released while mapped), a stream-ordered pool allocation, a launched
+    # graph's memory node, and plain allocations until refused, all against one 1024 MiB cap
+    env = {k: v for k, v in shim.env.items()
+           if k not in ("HAMI_SIM_CTX_OVERHEAD", "HAMI_SIM_MODULE_MEM")}
+    shim.env = dict(env, HAMI_SIM_PID_OFFSET="100000")
+    said, count = hold(shim, '''
+        ctx = context(0)
+        spin_once()
+        prop = cu.CUmemAllocationProp()
+        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = 0
+        h = ok(cu.cuMemCreate(128 * MiB, prop, 0))
+        va = ok(cu.cuMemAddressReserve(128 * MiB, 0, 0, 0))
+        ok(cu.cuMemMap(va, 128 * MiB, 0, h, 0))
+        ok(cu.cuMemRelease(h))
+        s = ok(cu.cuStreamCreate(0))
+        pooled = ok(cu.cuMemAllocAsync(128 * MiB, s))
+        ok(cu.cuStreamSynchronize(s))
+        ok(cu.cuStreamBeginCapture(s, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_GLOBAL))
+        p = ok(cu.cuMemAllocAsync(64 * MiB, s))
+        ok(cu.cuMemFreeAsync(p, s))
+        g = ok(cu.cuGraphInstantiate(ok(cu.cuStreamEndCapture(s)), 0))
+        ok(cu.cuGraphLaunch(g, s))
+        ok(cu.cuStreamSynchronize(s))
+        before_fill = used()
+        held = fill()
+        free, total = ok(cu.cuMemGetInfo())
+        say(pid=os.getpid(), held=len(held), before_fill=before_fill, used=total - free)
+    ''')
+    # the A100's 430 MiB context, 8 MiB of module, 128 + 128 + 64 MiB: the rest is filled
+    assert said["before_fill"] >= 430 * MiB + 8 * MiB + 320 * MiB, said
+    assert CAP - 2 * MiB <= count <= CAP, f"driver counts {count / MiB} MiB at a 1024 MiB cap"
+    assert abs(said["used"] - count) <= 2 * MiB

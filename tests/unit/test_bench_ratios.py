@@ -30,3 +30,14 @@ def test_simgpu_bench_prints_its_ratios():
     assert set(ratios) == {"launch", "timeline"}
     assert float(ratios["launch"]) > 1            # a launch does more than a context lookup
     assert 0.95 < float(ratios["timeline"]) < 2   # 20 x 5 ms kernels take about 100 ms
+
+
+def test_shim_overhead_prints_its_ratios_to_the_direct_calls():
+    done = subprocess.run([sys.executable, str(BENCH / "shim_overhead.py"), "--pairs", "100",
+                           "--launches", "1000", "--rounds", "5", "--no-startup"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("machine: ")
+    ratios = dict(re.findall(r"^(\w+)_ratio=([\d.]+)$", done.stdout, re.M))
+    assert set(ratios) == {"alloc_free_pair", "launch"}, done.stdout
+    assert all(float(r) > 0 for r in ratios.values())

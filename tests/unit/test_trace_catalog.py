@@ -46,17 +46,35 @@ def test_cli_takes_short_names(tmp_path, capsys):
     assert "ships no pod list 'nosuch'" in capsys.readouterr().err
 
 
+def tracked(*suffixes) -> list:
+    """The repository's tracked files whose names end with one of `suffixes`."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    return [name for name in files if name and name.endswith(suffixes)]
+
+
 def test_nothing_tracked_points_outside_the_repository():
     # Built from parts so that this file does not match itself.
     outside = re.compile("|".join([r"\.\./" + "shared/", r"(?<![\w.~-])/" + "work/",
                                    r"/home/" + r"[a-z]"]))
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
-                           check=True).stdout.decode().split("\0")
     hits = []
-    for name in files:
-        if not name or not name.endswith((".py", ".md", ".c", ".h", ".sh", ".txt", ".yaml",
-                                          ".yml", ".toml", ".cfg", ".ini", "Makefile")):
-            continue
+    for name in tracked(".py", ".md", ".c", ".h", ".sh", ".txt", ".yaml", ".yml", ".toml",
+                        ".cfg", ".ini", "Makefile"):
         text = (ROOT / name).read_text(errors="replace")
         hits += [f"{name}: {m.group(0)}" for m in outside.finditer(text)]
     assert not hits, "paths outside the repository: " + "; ".join(hits)
+
+
+def test_no_code_climbs_out_of_the_repository_from_its_own_file():
+    # Path(__file__).parents[k] or k .parent steps: the string check above cannot see
+    # `parents[2] / "shared"` in bench/, which made `make bench` fail in a fresh clone
+    climbs = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?"
+                        r"(?:\.parents\[(\d+)\]|((?:\.parent)+))")
+    hits = []
+    for name in tracked(".py"):
+        depth = len(Path(name).parts)       # bench/x.py: 2; parents[1] (2 steps) is the root
+        for m in climbs.finditer((ROOT / name).read_text(errors="replace")):
+            up = int(m.group(1)) + 1 if m.group(1) else m.group(2).count(".parent")
+            if up > depth:                       # above the root
+                hits.append(f"{name}: {m.group(0)}")
+    assert not hits, "paths above the repository's root: " + "; ".join(hits)

@@ -7,18 +7,18 @@ import time
 
 from . import patch as patching
 from . import quota as quota_admission
-from . import strategy
+from . import strategy, validation
 from .errors import STALE, ApiError, already_exists, bad_request, conflict, invalid, not_found, success_status
 from .resources import RESOURCES, Resource, lookup
 from .selectors import compile_selector, parse_field_selector, parse_label_selector
 from .store import DELETE, Store
 from .watch import Watcher
+from .webhooks import CONFIGURATIONS, MutatingWebhooks
 
 PROTECTED_NAMESPACES = ("default", "kube-system", "kube-public")
 NAMESPACES = lookup("", "v1", "namespaces")
 PODS = lookup("", "v1", "pods")
 QUOTAS = lookup("", "v1", "resourcequotas")
-PODS = lookup("", "v1", "pods")
 
 
 def dumps(obj) -> bytes:
@@ -37,6 +37,13 @@ class Api:
     def __init__(self, store: Store, clock=time.time):
         self.store = store
         self.clock = clock
+        self.webhooks = MutatingWebhooks(
+            lambda: [e.obj for e in self.store.list(CONFIGURATIONS.key, None)[0]],
+            self._namespace_labels)
+
+    def _namespace_labels(self, ns: str) -> dict:
+        entry = self.store.get(NAMESPACES.key, "", ns)
+        return ((entry.obj.get("metadata") or {}).get("labels") or {}) if entry else {}
 
     def _entry(self, res: Resource, ns: str | None, name: str):
         entry = self.store.get(res.key, ns or "", name)
@@ -88,10 +95,16 @@ class Api:
             raise not_found("namespaces", ns)
 
     def create(self, res: Resource, ns: str | None, body) -> tuple[int, bytes]:
-        """POST a new object (a pod passes ResourceQuota admission of extended resources)."""
+        """POST a new object: defaulted and checked, through the mutating webhooks (checked
+        again when they changed it), and a pod through ResourceQuota admission of extended
+        resources."""
         obj = strategy.prepare_create(res, body, ns, self.clock)
         if res.namespaced:
             self._require_namespace(ns)
+        before = json.dumps(obj, sort_keys=True)
+        obj = self.webhooks.admit(res, ns, obj)
+        if json.dumps(obj, sort_keys=True) != before:
+            validation.check(res, obj, dns_label_name=res.kind == "Namespace")
         name = obj["metadata"]["name"]
         charges = self._admit_quota(ns, obj) if res is PODS else []
 

@@ -1,35 +1,27 @@
-"""Admission for the simulated cluster. The API server double calls no webhooks, so pods go
-through hami-control's mutating webhook here, as the API server would call it.
+"""Admission in the simulated cluster: the API server double calls hami-control's mutating
+webhook at pod creation, as a real API server does (hami_sim/apiserver/webhooks.py), once
+`register_webhook` has stored deploy/'s MutatingWebhookConfiguration pointing at the running
+hami-control (SimCluster does at start). Pods users create with kubectl go the same way.
 
-- `submit(core_v1, extender, pod)`: what `kubectl apply` of a pod does on a real cluster: the
-  pod is sent to /webhook in an AdmissionReview v1, the JSON patch of the answer applied, then
-  the pod created (a denial is raised as AdmissionDenied with the webhook's message).
-- `AdmissionLoop` (for `hami-sim cluster up`, where users create pods themselves): watches
-  unbound pods of the default scheduler; for each one the webhook mutates, deletes it and
-  creates the mutated pod under the same name (the spec's schedulerName is immutable). A denied
-  pod is deleted, with a Warning `FailedAdmission` Event carrying the webhook's message.
-  The pod's uid changes and a watcher sees it deleted and added again; that is the honest cost
-  of emulating admission from outside the API server.
+- `register_webhook(core_api_client, url, ca_pem)`: deploy/hami-control-webhook.yaml with
+  `clientConfig.url` and the CA instead of the Service (the double routes no Services);
+- `submit(core_v1, pod, namespace)`: creates the pod; a denial by the webhook is raised as
+  AdmissionDenied with the API server's message.
 """
 from __future__ import annotations
 
-import copy
+import base64
 import json
-from typing import Callable
+from pathlib import Path
 
-from hami_sim.demo.events import EventRecorder
-from hami_sim.demo.podloop import UnboundPodLoop
-from hami_sim.extender_client import ExtenderError, patched_pod
+import yaml
 
-DEFAULT_SCHEDULERS = ("", "default-scheduler")
-ADMITTED_ANNOTATION = "demo.hami.io/admitted-by"
-# What the API server fills in on create; a re-created pod must not carry the old values.
-_SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields",
-                  "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
+WEBHOOK_MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "hami-control-webhook.yaml"
+_DENIED = "denied the request"
 
 
 class AdmissionDenied(Exception):
-    """The webhook denied the pod; the message is the webhook's."""
+    """The webhook denied the pod; the message is the API server's."""
 
 
 def quantities_as_strings(pod: dict) -> dict:
@@ -46,88 +38,43 @@ def quantities_as_strings(pod: dict) -> dict:
     return pod
 
 
-def review(extender, pod: dict, namespace: str) -> tuple:
-    """(allowed, patched pod or None when unchanged, denial message)."""
-    response = extender.review(pod, namespace)
-    if not response.get("allowed"):
-        return False, None, (response.get("status") or {}).get("message") or "denied"
-    return True, patched_pod(pod, response), ""
+def webhook_configuration(url: str, ca_pem: str) -> dict:
+    """deploy/'s MutatingWebhookConfiguration, calling url with ca_pem as its caBundle."""
+    config = yaml.safe_load(WEBHOOK_MANIFEST.read_text())
+    for hook in config["webhooks"]:
+        path = (hook.get("clientConfig") or {}).get("service", {}).get("path", "/webhook")
+        hook["clientConfig"] = {"url": url.rstrip("/") + path,
+                                "caBundle": base64.b64encode(ca_pem.encode()).decode()}
+    return config
 
 
-def submit(core_v1, extender, pod: dict, namespace: str = "default") -> dict:
-    """Admits pod through the webhook and creates it; the created pod (dict)."""
-    allowed, patched, message = review(extender, pod, namespace)
-    if not allowed:
-        raise AdmissionDenied(message)
-    resp = core_v1.create_namespaced_pod(namespace, patched or pod, _preload_content=False)
+def register_webhook(api_client, url: str, ca_pem: str) -> None:
+    """Stores the webhook configuration in the API server (replacing an earlier one)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+    api = client.AdmissionregistrationV1Api(api_client)
+    config = webhook_configuration(url, ca_pem)
+    try:
+        api.delete_mutating_webhook_configuration(config["metadata"]["name"])
+    except ApiException as e:
+        if e.status != 404:
+            raise
+    api.create_mutating_webhook_configuration(config, _preload_content=False)
+
+
+def submit(core_v1, pod: dict, namespace: str = "default") -> dict:
+    """Creates pod (the API server calls the webhook); the created pod (dict)."""
+    from kubernetes.client.rest import ApiException
+    try:
+        resp = core_v1.create_namespaced_pod(namespace, quantities_as_strings(pod),
+                                             _preload_content=False)
+    except ApiException as e:
+        message = ""
+        try:
+            message = json.loads(e.body or "{}").get("message") or ""
+        except ValueError:
+            pass
+        if _DENIED in message:
+            raise AdmissionDenied(message) from e
+        raise
     return json.loads(resp.data)
-
-
-def recreation_body(patched: dict) -> dict:
-    """The mutated pod as a new object: server-set metadata and status dropped."""
-    body = copy.deepcopy(patched)
-    meta = body.setdefault("metadata", {})
-    for name in _SERVER_FIELDS:
-        meta.pop(name, None)
-    meta.setdefault("annotations", {})[ADMITTED_ANNOTATION] = "hami-control webhook (re-created)"
-    body.pop("status", None)
-    return quantities_as_strings(body)
-
-
-class AdmissionLoop(UnboundPodLoop):
-    """Routes pods users create through the webhook (delete + re-create when it mutates)."""
-
-    name = "admission"
-
-    def __init__(self, core_v1, extender, notify: Callable[[str], None] = lambda _m: None,
-                 log: Callable[[str], None] = lambda _m: None, interval: float = 0.2):
-        super().__init__(core_v1, log, interval)
-        self._v1, self._extender, self._notify, self._log = core_v1, extender, notify, log
-        self._events = EventRecorder(core_v1, "hami-admission", log)
-        self._seen: set = set()
-
-    def run_once(self) -> None:
-        """Reviews every unbound pod of the default scheduler not seen before."""
-        for uid, pod in self.pods.items():
-            if self.stopping:
-                return
-            if uid not in self._seen and self._candidate(pod):
-                self._seen.add(uid)
-                self.admit(pod)
-
-    @staticmethod
-    def _candidate(pod: dict) -> bool:
-        spec, meta = pod.get("spec") or {}, pod["metadata"]
-        return (spec.get("schedulerName", "") in DEFAULT_SCHEDULERS and not spec.get("nodeName")
-                and not meta.get("deletionTimestamp")
-                and ADMITTED_ANNOTATION not in (meta.get("annotations") or {}))
-
-    def admit(self, pod: dict) -> None:
-        """Reviews one pod and applies the verdict."""
-        from kubernetes.client.rest import ApiException
-        meta = pod["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
-        try:
-            allowed, patched, message = review(self._extender, pod, meta["namespace"])
-        except (ExtenderError, OSError) as e:
-            self._log(f"admission of {key}: the webhook failed ({e}); left as created, as "
-                      "failurePolicy: Ignore does")
-            return
-        if allowed and patched is None:
-            return
-        try:
-            self._v1.delete_namespaced_pod(meta["name"], meta["namespace"],
-                                           _preload_content=False)
-            if not allowed:
-                self._events.record(pod, "Warning", "FailedAdmission",
-                                    f"admission webhook denied the request: {message}")
-                self._notify(f"{key}: denied by the webhook and deleted: {message}")
-                return
-            self._v1.create_namespaced_pod(meta["namespace"], recreation_body(patched),
-                                           _preload_content=False)
-            self._notify(f"{key}: mutated by the webhook (schedulerName "
-                         f"{patched['spec'].get('schedulerName')}) and re-created")
-        except ApiException as e:
-            self._log(f"admission of {key}: {e.status} {e.reason} {e.body}")
-        except ValueError as e:         # the client refused the body (its models' checks)
-            self._log(f"admission of {key}: cannot re-create it: {e}")

@@ -227,8 +227,9 @@ class SimCluster(Startable):
     # Life cycle ---------------------------------------------------------------------------
 
     def _start(self) -> None:
-        from hami_sim.control_launch import start_control
         from hami_sim.certs import make_server_certs
+        from hami_sim.control_launch import start_control
+        from hami_sim.demo.admission import register_webhook
         self.root.mkdir(parents=True, exist_ok=True)
         # Frequent bookmarks: a watcher checks whether it should stop at each event, so the
         # watch threads of the kubelet doubles and the demo's loops end within half a second.
@@ -256,8 +257,9 @@ class SimCluster(Startable):
         self._stack.callback(self._stop_control)
         if self.dashboard:
             self.dashboard_url = dashboard_url(self.control)
+        register_webhook(self.core_v1.api_client, self.control.url, certs.ca_cert.read_text())
         self.step(f"hami-control serving {self.control.url} (webhook, filter, bind; TLS with a "
-                  "generated CA)")
+                  "generated CA); the API server double calls its webhook at pod creation")
         for node in self.nodes:
             node.wait_ready()
             gpus = ", ".join(f"{g.split('/')[-1]}" for g in node.spec.gpus)

@@ -1,12 +1,11 @@
 """`hami-sim cluster up`: the demo's simulated cluster, kept running in the foreground for you to
 poke with kubectl or the kubernetes Python client, until Ctrl-C.
 
-Besides the API server double, hami-control and the two GPU nodes, it runs what a real
-cluster's control plane would do around them: an admission loop that sends the pods you create
-through hami-control's webhook (the double calls no webhooks: a pod the webhook mutates is
-deleted and re-created mutated under the same name), the kube-scheduler double (filter + bind
-through the extender) and, on each node, the container runtime that runs a bound pod's command
-as a local process against that node's simulated GPUs.
+Besides the API server double (which calls hami-control's mutating webhook when you create a
+pod, as a real API server does), hami-control and the two GPU nodes, it runs what a real
+cluster's control plane would do around them: the kube-scheduler double (filter + bind through
+the extender) and, on each node, the container runtime that runs a bound pod's command as a
+local process against that node's simulated GPUs.
 """
 from __future__ import annotations
 
@@ -133,8 +132,7 @@ def watch_until_broken(cluster, reporter, prog: str, logs) -> int:
 
 
 def start_loops(cluster, reporter) -> list:
-    """The admission loop, the scheduler double and the container runtime, started."""
-    from hami_sim.demo.admission import AdmissionLoop
+    """The scheduler double and the container runtime, started."""
     from hami_sim.demo.runtime import PodRuntime
     from hami_sim.demo.scheduler import RefusalNews, SchedulerDouble
     refusals = RefusalNews()
@@ -146,8 +144,6 @@ def start_loops(cluster, reporter) -> list:
             reporter.step(line)
     loops = []
     try:
-        loops.append(AdmissionLoop(cluster.core_v1, cluster.control.client,
-                                   notify=reporter.step, log=reporter.step).start())
         loops.append(SchedulerDouble(cluster.core_v1, cluster.control.client, notify=scheduled,
                                      log=reporter.step).start())
         loops.append(PodRuntime(cluster.nodes, cluster.root / "containers",
@@ -160,12 +156,11 @@ def start_loops(cluster, reporter) -> list:
 
 
 def submit_examples(cluster, examples, reporter) -> None:
-    """Submits the examples through the webhook (as the demo does)."""
+    """Submits the examples (the API server calls the webhook, as in the demo)."""
     from hami_sim.demo.admission import AdmissionDenied, submit
-    from hami_sim.extender_client import ExtenderError
     for ex in examples:
         try:
-            submit(cluster.core_v1, cluster.control.client, ex.pod, ex.namespace)
+            submit(cluster.core_v1, ex.pod, ex.namespace)
             reporter.step(f"{ex.namespace}/{ex.name} submitted: {ex.shows}")
-        except (AdmissionDenied, ExtenderError) as e:
+        except AdmissionDenied as e:
             reporter.step(f"{ex.namespace}/{ex.name}: not admitted: {e}")

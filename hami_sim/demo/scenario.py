@@ -21,7 +21,6 @@ from hami_sim.demo.expect import Check, ContainerOutcome, PodOutcome, evaluate
 from hami_sim.demo.report import Reporter
 from hami_sim.demo.runtime import PodRuntime
 from hami_sim.demo.scheduler import RefusalNews, SchedulerDouble
-from hami_sim.extender_client import ExtenderError
 
 DEFAULT_TIMEOUT_S = 90.0
 HEALTH_EVERY_S = 1.0
@@ -110,12 +109,13 @@ class Scenario:
     # Steps --------------------------------------------------------------------------------
 
     def _submit_all(self) -> None:
-        self.reporter.step(f"submitting {len(self.examples)} example pods: each goes through "
-                           "hami-control's /webhook (AdmissionReview v1), then is created")
+        self.reporter.step(f"submitting {len(self.examples)} example pods: the API server "
+                           "sends each to hami-control's /webhook (AdmissionReview v1) and "
+                           "creates it as mutated")
         for ex in self.examples:
             try:
-                created = submit(self.v1, self.cluster.control.client, ex.pod, ex.namespace)
-            except (AdmissionDenied, ExtenderError) as e:
+                created = submit(self.v1, ex.pod, ex.namespace)
+            except AdmissionDenied as e:
                 self.denied[ex.name] = str(e)
                 self.reporter.step(f"{ex.namespace}/{ex.name}: not admitted: {e}")
                 continue

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from hami_sim.demo import expect
-from hami_sim.demo.admission import quantities_as_strings, recreation_body
+from hami_sim.demo.admission import quantities_as_strings, webhook_configuration
 from hami_sim.demo.examples import ExampleError, load_examples
 from hami_sim.demo.expect import (MIB, Check, ContainerOutcome, Expectation, ExpectationError,
                                   PodOutcome, evaluate, parse)
@@ -198,18 +198,15 @@ def test_candidate_nodes(node, ok):
     assert node_schedulable(node) is ok
 
 
-def test_recreation_drops_what_the_server_set():
-    pod = {"metadata": {"name": "p", "uid": "u", "resourceVersion": "7",
-                        "creationTimestamp": "t", "labels": {"a": "b"}},
-           "spec": {"schedulerName": "hami-scheduler", "containers": [
-               {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
-           "status": {"phase": "Pending"}}
-    body = recreation_body(pod)
-    assert body["metadata"]["labels"] == {"a": "b"} and "uid" not in body["metadata"]
-    assert "resourceVersion" not in body["metadata"] and "status" not in body
-    assert body["metadata"]["annotations"]["demo.hami.io/admitted-by"]
-    assert body["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-    assert pod["metadata"]["uid"] == "u"                      # the original is untouched
+def test_the_cluster_registers_deploys_webhook_by_url():
+    config = webhook_configuration("https://127.0.0.1:4443/", "PEM")
+    hook = config["webhooks"][0]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:4443/webhook",
+                                    "caBundle": "UEVN"}
+    assert hook["failurePolicy"] == "Fail" and hook["rules"][0]["resources"] == ["pods"]
+    pod = {"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    assert quantities_as_strings(pod)["spec"]["containers"][0]["resources"]["limits"] == \
+        {"nvidia.com/gpu": "1"}
     assert quantities_as_strings({"spec": {}}) == {"spec": {}}
 
 

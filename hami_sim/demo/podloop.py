@@ -1,5 +1,5 @@
-"""A control loop over the pods nobody has bound yet, as the scheduler and admission doubles
-need it: a list + watch (hami_sim.kubelet.pods.PodWatcher with an empty spec.nodeName) and a
+"""A control loop over the pods nobody has bound yet, as the scheduler double
+needs it: a list + watch (hami_sim.kubelet.pods.PodWatcher with an empty spec.nodeName) and a
 thread that makes one pass whenever the pods change, and at least every `interval` seconds
 (for backoffs)."""
 from __future__ import annotations

@@ -95,6 +95,9 @@ def webhook_routing(c) -> list:
     return ["--enable-aggregator-routing=true"] if c.installed else []
 
 
+QUOTA_SYNC_S = 5
+
+
 def start_controller_manager(c) -> None:
     """kube-controller-manager with per-controller ServiceAccount credentials; waits for the
     default ServiceAccount (pods need it)."""
@@ -108,7 +111,9 @@ def start_controller_manager(c) -> None:
         "--use-service-account-credentials=true", "--leader-elect=false",
         "--bind-address=127.0.0.1", "--secure-port=0",
         f"--cluster-signing-cert-file={p.ca}", f"--cluster-signing-key-file={p.root / 'ca.key'}",
-        "--v=1"])
+        # The quota controller recounts every quota this often (default 5 min): the quota test
+        # checks that hami-control's keys survive a recount it can wait for.
+        f"--resource-quota-sync-period={QUOTA_SYNC_S}s", "--v=1"])
     wait_for("the default ServiceAccount (kube-controller-manager)",
              lambda: c.kubectl("get", "serviceaccount", "default", "-o", "name",
                                check=False).strip() == "serviceaccount/default",

@@ -20,6 +20,7 @@ import pytest
 from hami_common import constants as C
 from hami_common import pod_devices
 from hami_common.quantity import parse_quantity
+from hami_sim.realcluster.control_plane import QUOTA_SYNC_S
 
 pytestmark = pytest.mark.timeout(900)
 IMAGE = "ghcr.io/hami-py/hami-py:0.1.0"
@@ -86,7 +87,7 @@ def _used(cluster, namespace: str) -> dict:
 def test_gpumem_quota_refuses_with_numbers_and_frees_when_a_pod_ends(real_cluster, namespace):
     c = real_cluster
     namespace("quota-a", {MEM: "4000"})
-    _pod(c, "quota-a", "first", 40, gpu=1, gpumem=3000, gpucores=10)
+    _pod(c, "quota-a", "first", 25, gpu=1, gpumem=3000, gpucores=10)
     _wait(lambda: _read(c, "quota-a", "first")["spec"].get("nodeName"), 120, "first bound")
     _pod(c, "quota-a", "second", 5, gpu=1, gpumem=3000, gpucores=10)
     message = _wait(lambda: _unschedulable(_read(c, "quota-a", "second")), 120,
@@ -96,7 +97,8 @@ def test_gpumem_quota_refuses_with_numbers_and_frees_when_a_pod_ends(real_cluste
     assert _wait(lambda: _used(c, "quota-a").get(MEM) == 3000, 60, "status used")
     shown = c.kubectl("get", "quota", "gpu", "-n", "quota-a")
     assert f"{MEM}: 3k/4k" in shown, shown              # used/limit in kubectl's LIMIT column
-    # first ends after 40 s: the refused pod is retried by kube-scheduler and placed
+    # first ends after 25 s (the checks above take a few): the refused pod is retried by
+    # kube-scheduler and placed
     _wait(lambda: _read(c, "quota-a", "second")["spec"].get("nodeName"), 420,
           "second placed after first ended")
 
@@ -130,7 +132,7 @@ def test_kubernetes_and_hami_quotas_both_apply_and_count_differently(real_cluste
     with pytest.raises(ApiException) as refused:           # K8s: 3 GPUs asked > 3 at creation
         _pod(c, "quota-b", "over-k8s", 300, gpu=1, gpumem=100, gpucores=10)
     assert refused.value.status == 403 and "exceeded quota" in str(refused.value.body)
-    time.sleep(20)           # the quota controller resyncs: our keys stay beside its own
+    time.sleep(QUOTA_SYNC_S + 3)    # the quota controller recounts: our keys stay beside its own
     assert _used(c, "quota-b")[MEM] == 6000
 
 

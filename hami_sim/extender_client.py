@@ -11,11 +11,11 @@ import http.client
 import json
 import ssl
 import threading
-import uuid
 from urllib.parse import urlsplit
 
 from hami_common import constants as C
 from hami_common import node_lock
+from hami_sim.apiserver.webhooks import admission_review
 
 
 class ExtenderError(RuntimeError):
@@ -89,11 +89,9 @@ class ExtenderClient(JsonHttp):
     def review(self, pod: dict, namespace: str = "default", version: str = "v1",
                operation: str = "CREATE") -> dict:
         """The AdmissionReview response for creating pod."""
-        body = {"apiVersion": f"admission.k8s.io/{version}", "kind": "AdmissionReview",
-                "request": {"uid": str(uuid.uuid4()),
-                            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                            "resource": {"group": "", "version": "v1", "resource": "pods"},
-                            "namespace": namespace, "operation": operation, "object": pod}}
+        body = admission_review(pod, {"group": "", "version": "v1", "kind": "Pod"},
+                                {"group": "", "version": "v1", "resource": "pods"},
+                                namespace, operation, version)
         return self._ok("/webhook", body)["response"]
 
     def admit(self, pod: dict, namespace: str = "default") -> dict:

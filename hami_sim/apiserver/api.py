@@ -101,9 +101,8 @@ class Api:
         obj = strategy.prepare_create(res, body, ns, self.clock)
         if res.namespaced:
             self._require_namespace(ns)
-        before = json.dumps(obj, sort_keys=True)
-        obj = self.webhooks.admit(res, ns, obj)
-        if json.dumps(obj, sort_keys=True) != before:
+        obj, patched = self.webhooks.admit(res, ns, obj)
+        if patched:
             validation.check(res, obj, dns_label_name=res.kind == "Namespace")
         name = obj["metadata"]["name"]
         charges = self._admit_quota(ns, obj) if res is PODS else []

@@ -73,8 +73,20 @@ def _post(url: str, body: bytes, ca_bundle: str, timeout: float) -> dict:
         return json.loads(resp.read())
 
 
+def admission_review(obj: dict, kind: dict, resource: dict, namespace: str,
+                     operation: str = "CREATE", version: str = "v1") -> dict:
+    """The AdmissionReview request the API server sends a webhook about obj."""
+    return {"apiVersion": f"admission.k8s.io/{version}", "kind": "AdmissionReview",
+            "request": {"uid": str(uuid.uuid4()), "operation": operation, "kind": kind,
+                        "resource": resource, "namespace": namespace,
+                        "name": (obj.get("metadata") or {}).get("name", ""), "object": obj,
+                        "oldObject": None, "dryRun": False,
+                        "userInfo": {"username": "system:admin"}}}
+
+
 class MutatingWebhooks:
-    """admit(res, namespace, obj) -> obj as the matching webhooks leave it."""
+    """admit(res, namespace, obj) -> (obj as the matching webhooks leave it, whether any of
+    them patched it)."""
 
     def __init__(self, configurations: Callable[[], list], namespace_labels: Callable[[str], dict],
                  post: Callable[[str, bytes, str, float], dict] = _post):
@@ -82,8 +94,9 @@ class MutatingWebhooks:
             configurations, namespace_labels, post
 
     def admit(self, res: Resource, namespace: str | None, obj: dict,
-              operation: str = "CREATE") -> dict:
+              operation: str = "CREATE") -> tuple[dict, bool]:
         labels = (obj.get("metadata") or {}).get("labels") or {}
+        patched = False
         for config in sorted(self.configurations(), key=lambda c: c["metadata"]["name"]):
             for hook in config.get("webhooks") or []:
                 if not any(_rule_matches(r, res, operation) for r in hook.get("rules") or []):
@@ -93,31 +106,27 @@ class MutatingWebhooks:
                 if res.namespaced and not selector_matches(
                         hook.get("namespaceSelector"), self.namespace_labels(namespace or "")):
                     continue
-                obj = self._call(hook, res, namespace, obj, operation)
-        return obj
+                obj, by_this = self._call(hook, res, namespace, obj, operation)
+                patched = patched or by_this
+        return obj, patched
 
-    def _call(self, hook: dict, res: Resource, namespace, obj: dict, operation: str) -> dict:
+    def _call(self, hook: dict, res: Resource, namespace, obj: dict,
+              operation: str) -> tuple[dict, bool]:
         name = hook.get("name", "")
         url = (hook.get("clientConfig") or {}).get("url")
         if not url:
             log.info("webhook %s is given by Service, which the double cannot route: passed "
                      "over", name)
-            return obj
+            return obj, False
         version = next((v for v in hook.get("admissionReviewVersions") or ["v1"]
                         if v in REVIEW_VERSIONS), None)
         if version is None:
             return self._failed(hook, obj, f"none of admissionReviewVersions "
                                            f"{hook.get('admissionReviewVersions')} is spoken")
-        review = {"apiVersion": f"admission.k8s.io/{version}", "kind": "AdmissionReview",
-                  "request": {"uid": str(uuid.uuid4()), "operation": operation,
-                              "kind": {"group": res.group, "version": res.version,
-                                       "kind": res.kind},
-                              "resource": {"group": res.group, "version": res.version,
-                                           "resource": res.name},
-                              "namespace": namespace or "", "name":
-                              (obj.get("metadata") or {}).get("name", ""), "object": obj,
-                              "oldObject": None, "dryRun": False,
-                              "userInfo": {"username": "system:admin"}}}
+        review = admission_review(
+            obj, {"group": res.group, "version": res.version, "kind": res.kind},
+            {"group": res.group, "version": res.version, "resource": res.name},
+            namespace or "", operation, version)
         try:
             answer = self.post(url, json.dumps(review).encode(),
                                (hook.get("clientConfig") or {}).get("caBundle") or "",
@@ -130,19 +139,19 @@ class MutatingWebhooks:
             raise ApiError(int(status.get("code") or 400), status.get("reason") or "BadRequest",
                            f'admission webhook "{name}" denied the request: '
                            f'{status.get("message") or "without explanation"}')
-        if response.get("patch"):
-            try:
-                ops = json.loads(base64.b64decode(response["patch"]))
-            except ValueError as e:
-                return self._failed(hook, obj, f"its patch is not base64 JSON: {e}")
-            obj = json_patch(obj, ops)
-        return obj
+        if not response.get("patch"):
+            return obj, False
+        try:
+            ops = json.loads(base64.b64decode(response["patch"]))
+        except ValueError as e:
+            return self._failed(hook, obj, f"its patch is not base64 JSON: {e}")
+        return json_patch(obj, ops), True
 
     @staticmethod
-    def _failed(hook: dict, obj: dict, why: str) -> dict:
+    def _failed(hook: dict, obj: dict, why: str) -> tuple[dict, bool]:
         name = hook.get("name", "")
         if hook.get("failurePolicy", "Fail") == "Ignore":
             log.warning("webhook %s failed (%s); failurePolicy Ignore: admitted as is", name, why)
-            return obj
+            return obj, False
         raise ApiError(500, "InternalError", f'Internal error occurred: failed calling webhook '
                                              f'"{name}": failed to call webhook: {why}')

@@ -49,8 +49,8 @@ def _pod(labels=None) -> dict:
 def test_a_matching_pod_is_sent_and_patched():
     post = _answer(patch=[{"op": "add", "path": "/spec/schedulerName", "value": "hami"}])
     hooks = MutatingWebhooks(lambda: [_config(timeoutSeconds=3)], lambda ns: {}, post)
-    pod = hooks.admit(PODS, "team", _pod())
-    assert pod["spec"]["schedulerName"] == "hami"
+    pod, patched = hooks.admit(PODS, "team", _pod())
+    assert patched and pod["spec"]["schedulerName"] == "hami"
     url, review, ca, timeout = post.calls[0]
     assert (url, ca, timeout) == ("https://127.0.0.1:1/webhook", "Q0E=", 3.0)
     request = review["request"]
@@ -67,7 +67,7 @@ def test_a_matching_pod_is_sent_and_patched():
 def test_what_the_rules_and_selectors_leave_out_is_not_sent(resource, labels, ns_labels):
     post = _answer(patch=[{"op": "add", "path": "/spec/x", "value": 1}])
     hooks = MutatingWebhooks(lambda: [_config()], lambda ns: ns_labels, post)
-    assert hooks.admit(resource, "team", _pod(labels)) == _pod(labels)
+    assert hooks.admit(resource, "team", _pod(labels)) == (_pod(labels), False)
     assert post.calls == []
 
 
@@ -89,14 +89,14 @@ def test_an_unreachable_webhook_fails_closed_unless_ignored():
         hooks.admit(PODS, "team", _pod())
     assert e.value.code == 500 and 'failed calling webhook "pods.test"' in e.value.message
     ignoring = MutatingWebhooks(lambda: [_config(failurePolicy="Ignore")], lambda ns: {}, down)
-    assert ignoring.admit(PODS, "team", _pod()) == _pod()
+    assert ignoring.admit(PODS, "team", _pod()) == (_pod(), False)
 
 
 def test_a_webhook_given_by_service_is_passed_over():
     post = _answer(patch=[{"op": "add", "path": "/spec/x", "value": 1}])
     by_service = _config(clientConfig={"service": {"name": "s", "namespace": "n"}})
     assert MutatingWebhooks(lambda: [by_service], lambda ns: {}, post).admit(
-        PODS, "team", _pod()) == _pod()
+        PODS, "team", _pod()) == (_pod(), False)
     assert post.calls == []
 
 

@@ -24,20 +24,6 @@ class AdmissionDenied(Exception):
     """The webhook denied the pod; the message is the API server's."""
 
 
-def quantities_as_strings(pod: dict) -> dict:
-    """Resource quantities written as YAML numbers (`nvidia.com/gpu: 1`) become strings, as
-    the API server stores them (the Python client's models accept only strings)."""
-    spec = pod.get("spec") or {}
-    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
-        resources = c.get("resources") or {}
-        for kind in ("limits", "requests"):
-            values = resources.get(kind) or {}
-            for name, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    values[name] = str(value)
-    return pod
-
-
 def webhook_configuration(url: str, ca_pem: str) -> dict:
     """deploy/'s MutatingWebhookConfiguration, calling url with ca_pem as its caBundle."""
     config = yaml.safe_load(WEBHOOK_MANIFEST.read_text())
@@ -66,8 +52,7 @@ def submit(core_v1, pod: dict, namespace: str = "default") -> dict:
     """Creates pod (the API server calls the webhook); the created pod (dict)."""
     from kubernetes.client.rest import ApiException
     try:
-        resp = core_v1.create_namespaced_pod(namespace, quantities_as_strings(pod),
-                                             _preload_content=False)
+        resp = core_v1.create_namespaced_pod(namespace, pod, _preload_content=False)
     except ApiException as e:
         message = ""
         try:

@@ -6,7 +6,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hami_sim.demo.admission import quantities_as_strings
 from hami_sim.demo.expect import (EXPECT_ANNOTATION, SHOWS_ANNOTATION, Expectation,
                                   ExpectationError, parse)
 
@@ -15,6 +14,20 @@ EXAMPLES_ENV = "HAMI_DEMO_EXAMPLES"
 
 class ExampleError(ValueError):
     """An example file the demo cannot use; the message names the file and what to fix."""
+
+
+def quantities_as_strings(pod: dict) -> dict:
+    """Resource quantities written as YAML numbers (`nvidia.com/gpu: 1`) become strings, as
+    the API server stores them (the Python client's models accept only strings)."""
+    spec = pod.get("spec") or {}
+    for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        resources = c.get("resources") or {}
+        for kind in ("limits", "requests"):
+            values = resources.get(kind) or {}
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    values[name] = str(value)
+    return pod
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import textwrap
 import pytest
 
 from hami_sim.demo import expect
-from hami_sim.demo.admission import quantities_as_strings, webhook_configuration
-from hami_sim.demo.examples import ExampleError, load_examples
+from hami_sim.demo.admission import webhook_configuration
+from hami_sim.demo.examples import ExampleError, load_examples, quantities_as_strings
 from hami_sim.demo.expect import (MIB, Check, ContainerOutcome, Expectation, ExpectationError,
                                   PodOutcome, evaluate, parse)
 from hami_sim.demo.report import Reporter, format_table, outcome_cell, pod_row, short_type

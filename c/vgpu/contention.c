@@ -18,8 +18,8 @@
  * leaves a short kernel that straddled others' turns its usual cost; rounding a short
  * sample's excess to whole slices instead charged a 100 us kernel that straddled two partial
  * turns seven times its cost, and a container of three at 30/30/40 % got 11 % of its 30.
- * The slice is the driver's (`nvidia-smi
- * compute-policy --set-timeslice`); VGPU_TIMESLICE_US says it when it is not the default 2 ms.
+ * The slice is the driver's (`nvidia-smi compute-policy --set-timeslice`); VGPU_TIMESLICE_US
+ * says it when it is not the default 2 ms.
  *
  * Priority (CUDA_TASK_PRIORITY, HAMi's: 0 is the highest and the default). When containers
  * of different priorities share a GPU and together want more than it has, the device's time

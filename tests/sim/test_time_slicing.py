@@ -6,7 +6,9 @@ import json
 from hami_sim.gpu.timeline import BusyRecorder
 
 # Queues `ms` of one kernel (8 SMs: one block per SM fills the device) between two events;
-# prints the events' elapsed time once done.
+# prints the events' elapsed time once done, and how long the host took to queue the events and
+# the kernel (an event on an idle stream is stamped at once, so a process descheduled between
+# those calls adds that wait to its elapsed time, as on a real GPU).
 BRACKETED = '''
     ok(cu.cuInit(0))
     ctx = ok(cu.cuCtxCreate(None, 4, ok(cu.cuDeviceGet(0))))   # CU_CTX_SCHED_BLOCKING_SYNC
@@ -14,11 +16,13 @@ BRACKETED = '''
     start, end = ok(cu.cuEventCreate(1)), ok(cu.cuEventCreate(1))
     say(ready=True)
     sys.stdin.readline()
+    t0 = time.monotonic()
     ok(cu.cuEventRecord(start, stream))
     spin(f, {ns}, stream, blocks=8)
     ok(cu.cuEventRecord(end, stream))
+    queued = time.monotonic()
     ok(cu.cuEventSynchronize(end))
-    say(ms=ok(cu.cuEventElapsedTime(start, end)))
+    say(ms=ok(cu.cuEventElapsedTime(start, end)), gap=(queued - t0) * 1e3)
 '''
 
 
@@ -27,6 +31,13 @@ def whole_slices(lengths_ms, slice_ms):
     having only an event to stamp, joins two of one process's slices into one interval)."""
     return lengths_ms and all(x >= slice_ms * 0.97 and abs(x / slice_ms - round(x / slice_ms))
                               < 0.03 for x in lengths_ms)
+
+
+def inner_turns(intervals, pids):
+    """The lengths (ms) and owners of the busy intervals between each process's first and last:
+    those may hold a partial slice (it ran alone, or its kernel ended mid-slice)."""
+    inner = [iv for p in pids for iv in [iv for iv in intervals if iv[2] == p][1:-1]]
+    return [(e - s) / 1e6 for s, e, _ in inner], {p for _, _, p in inner}
 
 
 def run_two(sim, ns, env=None):
@@ -40,7 +51,7 @@ def run_two(sim, ns, env=None):
     for k in kids:
         k.stdin.write("go\n")
         k.stdin.flush()
-    out = [json.loads(k.stdout.readline())["ms"] for k in kids]
+    out = [json.loads(k.stdout.readline()) for k in kids]
     for k in kids:
         k.wait(timeout=10)
     recorder.poll()
@@ -48,23 +59,28 @@ def run_two(sim, ns, env=None):
 
 
 def test_two_processes_take_turns_in_2ms_slices_and_events_include_the_others_turns(sim):
-    ms, intervals, pids = run_two(sim, 20_000_000)
+    out, intervals, pids = run_two(sim, 20_000_000)
+    ms = [o["ms"] for o in out]
     # Each 20 ms kernel shares the device with the other: about 40 ms between its events
     # (more for the one whose kernel reached the device late on a busy machine: its start
-    # event is stamped at its first turn, and the other's slices count from there).
-    assert all(30 <= m <= 52 for m in ms) and sum(ms) >= 72, ms
+    # event is stamped at its first turn, and the other's slices count from there). A host
+    # descheduled while queueing its three calls moves its bounds: its own elapsed time grows
+    # by that wait (a CI run saw 55 ms), and the other runs alone for as long (less shared).
+    gaps = [o["gap"] for o in out]
+    for mine, other in ((0, 1), (1, 0)):
+        assert 30 - gaps[other] <= ms[mine] <= 52 + gaps[mine], out
+    assert sum(ms) >= 72 - sum(gaps), out
     both = [(s, e, p) for s, e, p in intervals if p in pids]
-    overlap = [iv for iv in both if both[0][0] + 5_000_000 < iv[0] < both[-1][1] - 5_000_000]
-    lengths = [(e - s) / 1e6 for s, e, _ in overlap]
+    lengths, owners = inner_turns(both, pids)
     assert whole_slices(lengths, 2.0) and min(lengths) < 2.1, lengths
-    assert len({p for _, _, p in overlap}) == 2  # alternating owners
+    assert owners == set(pids)  # alternating owners
     assert sum(e - s for s, e, _ in both) == 40_000_000  # no time lost or invented
 
 
 def test_the_time_slice_is_configurable(sim):
     env = dict(sim.env, HAMI_SIM_TIMESLICE="5ms")
     _, intervals, pids = run_two(sim, 20_000_000, env)
-    inner = [(e - s) / 1e6 for s, e, p in intervals[1:-1] if p in pids]
+    inner, _ = inner_turns(intervals, pids)
     assert whole_slices(inner, 5.0) and min(inner) < 5.1, inner
 
 

@@ -21,17 +21,13 @@ from typing import Iterable, Optional
 from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
 from hami_control.placement.quota import effective_limits, node_summary, place_within_quota
 
-RECENT_KINDS = 64
-
 
 def make_state(node_policy: str = "fragaware", gpu_policy: str = "fragaware",
                resources: bool = True) -> "SchedulerState":
-    """The server's state: one engine that explains refusals and, when its learned workload
-    model changes, re-scores the recent kinds of pods at once. PlacementError for an unknown
+    """The server's state: one engine that explains refusals. PlacementError for an unknown
     policy name."""
     return SchedulerState(Engine(PlacementConfig(
-        node_policy=node_policy, gpu_policy=gpu_policy, resource_fit=resources,
-        rescore_recent=RECENT_KINDS)))
+        node_policy=node_policy, gpu_policy=gpu_policy, resource_fit=resources)))
 
 
 @dataclass

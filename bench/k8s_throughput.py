@@ -212,19 +212,22 @@ WRITE_VERBS = ('verb="POST"', 'verb="PUT"', 'verb="PATCH"', 'verb="DELETE"', 've
 
 def apiserver_counters(c) -> dict:
     """Counters the API server has kept so far (its /metrics): mutating requests answered
-    (`writes`, the shared resource both runs compete for on one machine) and the time it spent
-    calling admission webhooks (`webhook_s`, `webhook_calls`)."""
+    (`writes`, the shared resource both runs compete for on one machine), single-object GETs
+    (`reads`) and the time it spent calling admission webhooks (`webhook_s`,
+    `webhook_calls`)."""
     import ssl
     import urllib.request
     ctx = ssl.create_default_context(cafile=str(c.pki.ca))
     ctx.load_cert_chain(str(c.pki.crt("admin")), str(c.pki.key("admin")))
     with urllib.request.urlopen(c.api_url + "/metrics", context=ctx, timeout=30) as resp:
         text = resp.read().decode()
-    out = {"writes": 0.0, "webhook_s": 0.0, "webhook_calls": 0.0}
+    out = {"writes": 0.0, "reads": 0.0, "webhook_s": 0.0, "webhook_calls": 0.0}
     for line in text.splitlines():
         value = line.rsplit(" ", 1)[-1]
         if line.startswith("apiserver_request_total{") and any(v in line for v in WRITE_VERBS):
             out["writes"] += float(value)
+        elif line.startswith("apiserver_request_total{") and 'verb="GET"' in line:
+            out["reads"] += float(value)
         elif line.startswith("apiserver_admission_webhook_admission_duration_seconds_sum{"):
             out["webhook_s"] += float(value)
         elif line.startswith("apiserver_admission_webhook_admission_duration_seconds_count{"):
@@ -278,6 +281,7 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
             "p99_ms": 1000 * lat[int(0.99 * (len(lat) - 1))] if lat else None,
             "packing": packing, "hami_control": served,
             "apiserver_writes_per_pod": round(counters["writes"] / len(pods), 2),
+            "apiserver_reads_per_pod": round(counters["reads"] / len(pods), 2),
             "webhook_ms_at_apiserver": round(1000 * counters["webhook_s"] /
                                              counters["webhook_calls"], 2)
             if counters["webhook_calls"] else None, "cpu_s": cpu}
@@ -295,7 +299,8 @@ def report(ours: dict, alone: dict, replay: dict, total: int) -> None:
     print(f"k8s_throughput_ratio={ratio:.2f}")
     print(f"API server writes per pod: {ours['apiserver_writes_per_pod']} with the extender "
           f"(hami-node's part played by this script) vs {alone['apiserver_writes_per_pod']} "
-          "for kube-scheduler alone")
+          "for kube-scheduler alone; single-object reads per pod: "
+          f"{ours['apiserver_reads_per_pod']} vs {alone['apiserver_reads_per_pod']}")
     print(f"CPU seconds during the extender run: {ours['cpu_s']}")
     print(f"CPU seconds during kube-scheduler alone: {alone['cpu_s']}")
     real = ours["packing"]

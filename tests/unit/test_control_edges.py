@@ -183,6 +183,31 @@ def test_a_bind_waits_for_the_lock_release_then_refuses_after_wait_s(locked):
         quick.acquire("n1", "ns", "c")
 
 
+def test_a_waiting_bind_reads_nothing_until_it_would_refuse(locked):
+    """While the watched copy shows the lock held, a bind that may wait asks the API server
+    nothing; before it refuses it reads the node and the holder, and takes over from a holder
+    that no longer exists."""
+    api, clock, _ = locked
+    import threading
+    reads = []
+    for verb in ("get_node", "get_pod"):
+        real = getattr(api, verb)
+        setattr(api, verb, lambda *a, _real=real, _verb=verb: reads.append(_verb) or _real(*a))
+
+    def cached(name):
+        meta = api.nodes[name]["metadata"]
+        return meta["resourceVersion"], meta["annotations"].get(C.ANNO_NODE_LOCK)
+    api.pods[("ns", "b")] = {"metadata": {"name": "b"}}
+    locker = NodeLocker(api, clock, cached=cached, wait_s=5.0)
+    first = locker.acquire("n1", "ns", "a")
+    threading.Timer(0.3, locker.release, ("n1", first)).start()
+    assert locker.acquire("n1", "ns", "b").endswith(",ns,b") and reads == []
+    del api.pods[("ns", "b")]                   # the holder is gone, its lock left behind
+    quick = NodeLocker(api, clock, cached=cached, wait_s=0.2)
+    assert quick.acquire("n1", "ns", "c").endswith(",ns,c")
+    assert reads == ["get_node", "get_pod"]
+
+
 def _elector(api, clock, identity):
     return LeaderElector(api, LeaseConfig(True, "l", "ns", identity, 10, 7, 2), clock)
 

@@ -166,13 +166,18 @@ def test_lock_takes_over_from_a_deleted_owner_and_survives_a_stale_cache(locked)
     assert locker.acquire("n1", "ns", "b").endswith(",ns,b")
 
 
-def test_a_bind_waits_for_the_lock_release_then_refuses_after_wait_s(locked):
-    api, clock, _ = locked
-    import threading
-
+def _watched(api):
+    """The nodes' watched copy as the node locker reads it: (resourceVersion, lock)."""
     def cached(name):
         meta = api.nodes[name]["metadata"]
         return meta["resourceVersion"], meta["annotations"].get(C.ANNO_NODE_LOCK)
+    return cached
+
+
+def test_a_bind_waits_for_the_lock_release_then_refuses_after_wait_s(locked):
+    api, clock, _ = locked
+    import threading
+    cached = _watched(api)
     api.pods[("ns", "b")] = {"metadata": {"name": "b"}}
     locker = NodeLocker(api, clock, cached=cached, wait_s=5.0)
     first = locker.acquire("n1", "ns", "a")
@@ -193,10 +198,7 @@ def test_a_waiting_bind_reads_nothing_until_it_would_refuse(locked):
     for verb in ("get_node", "get_pod"):
         real = getattr(api, verb)
         setattr(api, verb, lambda *a, _real=real, _verb=verb: reads.append(_verb) or _real(*a))
-
-    def cached(name):
-        meta = api.nodes[name]["metadata"]
-        return meta["resourceVersion"], meta["annotations"].get(C.ANNO_NODE_LOCK)
+    cached = _watched(api)
     api.pods[("ns", "b")] = {"metadata": {"name": "b"}}
     locker = NodeLocker(api, clock, cached=cached, wait_s=5.0)
     first = locker.acquire("n1", "ns", "a")

@@ -1,13 +1,17 @@
 """KubeApi: every cluster boundary of hami-control, through the official Kubernetes client.
 
-Calls pass `_preload_content=False` and decode the JSON themselves: the client's models cost
-milliseconds per pod, and its Binding model fails on the Status the server answers. Watches
-read the chunked stream line by line for the same reason.
+Single-object calls (get, patch, create) go straight through the client's connection pool
+(its TLS, proxy and bearer-token settings) with JSON in and out: the generated methods'
+argument validation and serialization took half of a bind's Python time in hami-control
+(bench/k8s_throughput.py, profiled), and their models cost milliseconds per pod (the Binding
+model even fails on the Status the server answers). Lists and watches use the generated
+methods with `_preload_content=False` and decode the JSON themselves, watches line by line.
 """
 import json
 import logging
 import threading
 from typing import Iterator, Mapping, Optional
+from urllib.parse import quote
 
 from hami_control.cluster.api import ApiError, Conflict, Expired, Invalid, NotFound
 
@@ -60,8 +64,6 @@ class KubeApi:
         from kubernetes import client
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
-        self._leases = client.CoordinationV1Api(api_client)
-        self._admission = client.AdmissionregistrationV1Api(api_client)
         self._timeout = request_timeout
         self._page_size = page_size
         self._watches: set = set()
@@ -90,9 +92,36 @@ class KubeApi:
             raise ApiError(resp.status, "BadResponse", f"the API server answered non-JSON "
                                                        f"({data[:80]!r})") from e
 
-    def _get(self, func, *args) -> Optional[dict]:
+    def _request(self, method: str, path: str, body=None, content_type: str = "") -> dict:
+        """One call of path (its segments quoted by the caller) through the client's pool."""
+        from urllib3 import Timeout
+        from urllib3.exceptions import HTTPError
+        cfg = self._client.configuration
+        headers = dict(self._client.default_headers, Accept="application/json")
+        for auth in cfg.auth_settings().values():      # the token, refreshed by its hook
+            if auth["in"] == "header" and auth["value"]:
+                headers[auth["key"]] = auth["value"]
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+            data = json.dumps(body).encode()
         try:
-            return self._call(func, *args)
+            resp = self._client.rest_client.pool_manager.request(
+                method, cfg.host + path, body=data, headers=headers,
+                timeout=Timeout(total=self._timeout))
+        except HTTPError as e:
+            raise ApiError(0, "Unreachable", f"the API server did not answer: {e}") from e
+        if resp.status >= 400:
+            raise api_error(resp.status, resp.data, resp.reason or f"HTTP {resp.status}")
+        try:
+            return json.loads(resp.data) if resp.data else {}
+        except ValueError as e:
+            raise ApiError(resp.status, "BadResponse", f"the API server answered non-JSON "
+                                                       f"({resp.data[:80]!r})") from e
+
+    def _get(self, path: str) -> Optional[dict]:
+        try:
+            return self._request("GET", path)
         except NotFound:
             return None
 
@@ -162,7 +191,7 @@ class KubeApi:
 
     # --- PodNodeApi ----------------------------------------------------------------------
     def get_pod(self, namespace: str, name: str) -> Optional[dict]:
-        return self._get(self._core.read_namespaced_pod, name, namespace)
+        return self._get(_pod(namespace, name))
 
     def patch_pod_annotations(self, namespace: str, name: str,
                               annotations: Mapping[str, Optional[str]],
@@ -170,64 +199,79 @@ class KubeApi:
         meta = {"annotations": dict(annotations)}
         if labels:
             meta["labels"] = dict(labels)
-        return self._call(self._core.patch_namespaced_pod, name, namespace,
-                          {"metadata": meta}, _content_type=MERGE_PATCH)
+        return self._request("PATCH", _pod(namespace, name), {"metadata": meta}, MERGE_PATCH)
 
     def patch_pod_labels(self, namespace: str, name: str,
                          labels: Mapping[str, Optional[str]]) -> dict:
-        return self._call(self._core.patch_namespaced_pod, name, namespace,
-                          {"metadata": {"labels": dict(labels)}}, _content_type=MERGE_PATCH)
+        return self._request("PATCH", _pod(namespace, name),
+                             {"metadata": {"labels": dict(labels)}}, MERGE_PATCH)
 
     def bind_pod(self, namespace: str, name: str, uid: str, node: str,
                  annotations: Mapping[str, str]) -> None:
         meta = {"name": name, "namespace": namespace, "annotations": dict(annotations)}
         if uid:
             meta["uid"] = uid        # the API server refuses the bind for another pod's UID
-        self._call(self._core.create_namespaced_binding, namespace,
-                   {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+        self._request("POST", f"/api/v1/namespaces/{_q(namespace)}/bindings",
+                      {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                       "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
 
     def get_node(self, name: str) -> Optional[dict]:
-        return self._get(self._core.read_node, name)
+        return self._get(f"/api/v1/nodes/{_q(name)}")
 
     def patch_node_annotations(self, name: str, annotations: Mapping[str, Optional[str]],
                                resource_version: Optional[str] = None) -> dict:
         meta: dict = {"annotations": dict(annotations)}
         if resource_version:
             meta["resourceVersion"] = resource_version
-        return self._call(self._core.patch_node, name, {"metadata": meta},
-                          _content_type=MERGE_PATCH)
+        return self._request("PATCH", f"/api/v1/nodes/{_q(name)}", {"metadata": meta},
+                             MERGE_PATCH)
 
     def json_patch_node(self, name: str, operations: list) -> dict:
-        return self._call(self._core.patch_node, name, operations, _content_type=JSON_PATCH)
+        return self._request("PATCH", f"/api/v1/nodes/{_q(name)}", operations, JSON_PATCH)
 
     def create_event(self, namespace: str, event: dict) -> None:
-        self._call(self._core.create_namespaced_event, namespace, event)
+        self._request("POST", f"/api/v1/namespaces/{_q(namespace)}/events", event)
 
     def patch_quota_status(self, namespace: str, name: str, status: dict) -> dict:
-        return self._call(self._core.patch_namespaced_resource_quota_status, name, namespace,
-                          {"status": status}, _content_type=MERGE_PATCH)
+        return self._request("PATCH", f"/api/v1/namespaces/{_q(namespace)}/resourcequotas/"
+                             f"{_q(name)}/status", {"status": status}, MERGE_PATCH)
 
     # --- LeaseApi ------------------------------------------------------------------------
     def get_lease(self, namespace: str, name: str) -> Optional[dict]:
-        return self._get(self._leases.read_namespaced_lease, name, namespace)
+        return self._get(_lease(namespace, name))
 
     def create_lease(self, namespace: str, lease: dict) -> dict:
-        return self._call(self._leases.create_namespaced_lease, namespace, lease)
+        return self._request("POST", _lease(namespace, ""), lease)
 
     def replace_lease(self, namespace: str, name: str, lease: dict) -> dict:
-        return self._call(self._leases.replace_namespaced_lease, name, namespace, lease)
+        return self._request("PUT", _lease(namespace, name), lease)
 
     # --- NamespaceApi --------------------------------------------------------------------
     def get_mutating_webhook(self, name: str) -> Optional[dict]:
-        return self._get(self._admission.read_mutating_webhook_configuration, name)
+        return self._get(_WEBHOOKS + _q(name))
 
     def json_patch_mutating_webhook(self, name: str, operations: list) -> dict:
-        return self._call(self._admission.patch_mutating_webhook_configuration, name,
-                          operations, _content_type=JSON_PATCH)
+        return self._request("PATCH", _WEBHOOKS + _q(name), operations, JSON_PATCH)
 
     def get_namespace(self, name: str) -> Optional[dict]:
-        return self._get(self._core.read_namespace, name)
+        return self._get(f"/api/v1/namespaces/{_q(name)}")
+
+
+_WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+
+
+def _q(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+def _pod(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+
+
+def _lease(namespace: str, name: str) -> str:
+    """A Lease's path; without a name, the namespace's leases (to create one)."""
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{_q(namespace)}/leases"
+    return f"{path}/{_q(name)}" if name else path
 
 
 def _lines(resp) -> Iterator[bytes]:

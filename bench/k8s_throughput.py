@@ -271,10 +271,10 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
     span = (max(bound.values()) - start) if bound else float("inf")
     decided = watcher.decided
     if decided:     # the scheduling cycles alone (filter), before the binds' node locks
+        waits = [bound[n] - decided[n] for n in decided if n in bound]
         print(f"{namespace}: {len(decided)} decisions in {max(decided.values()) - start:.1f} s, "
               f"{len(bound)} bindings in {span:.1f} s; bind after decision p50 "
-              f"{1000 * statistics.median(bound[n] - decided[n] for n in decided if n in bound):.0f} ms",
-              file=sys.stderr)
+              f"{1000 * statistics.median(waits):.0f} ms", file=sys.stderr)
     return {"scheduler": scheduler, "pods": len(pods), "bound": len(bound),
             "pods_per_s": len(bound) / span if bound else 0.0,
             "p50_ms": 1000 * statistics.median(lat) if lat else None,

@@ -17,8 +17,8 @@
  * launch of the signature takes lately: it drops to any smaller own time at once and rises
  * towards larger ones by at most 1/BASE_RISE of itself per sample (next_base), so that a cost
  * that grows is followed (a doubling in a dozen samples) while samples inflated by others'
- * turns, the usual excess of a shared device, barely move it. It is the lower bound of an own time, and
- * a variable signature's price: a launch priced low is settled up by its measurement, while
+ * turns, the usual excess of a shared device, barely move it. It is the lower bound of an own
+ * time, and a variable signature's price: a launch priced low is settled up by its measurement, while
  * one priced high holds the container back until a credit that cannot come while it waits.
  *
  * The table is per process, fixed size and EVICTS: a new signature takes a free slot near its

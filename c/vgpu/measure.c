@@ -3,9 +3,10 @@
  * A measured launch is bracketed by two events recorded on its stream; the device stamps them
  * when it reaches them, so their difference is the launch's device time (plus any time slice
  * the device gave another context in between, see limiter.c). Results are read back later
- * without ever waiting (cuEventQuery on the oldest measurements, at most every DRAIN_EVERY_NS): no launch waits for an earlier launch's measurement. When
- * RING measurements are in flight a launch is not measured; its signature's next measurement
- * stands for it (costs.c counts the launches in between).
+ * without ever waiting (cuEventQuery on the oldest measurements, at most every
+ * DRAIN_EVERY_NS): no launch waits for an earlier launch's measurement. When RING
+ * measurements are in flight a launch is not measured; its signature's next measurement stands
+ * for it (costs.c counts the launches in between).
  *
  * Which launches: costs.c decides (unknown and variable signatures: every launch; steady
  * ones: one in STEADY_EVERY). Each thread has its own ring of events (created in the thread's

@@ -73,6 +73,23 @@ def parse_label_selector(text: str | None) -> tuple[Requirement, ...]:
     return tuple(reqs)
 
 
+_EXPRESSION_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+
+
+def selector_matches(selector: dict | None, labels: dict) -> bool:
+    """A metav1.LabelSelector object (matchLabels, matchExpressions; a webhook's
+    namespaceSelector or objectSelector) against labels; none matches all. An expression with
+    an unknown operator is passed over."""
+    selector = selector or {}
+    reqs = [Requirement(k, "=", frozenset([v]))
+            for k, v in (selector.get("matchLabels") or {}).items()]
+    reqs += [Requirement(e.get("key"), _EXPRESSION_OPS[e.get("operator")],
+                         frozenset(e.get("values") or ()))
+             for e in selector.get("matchExpressions") or []
+             if e.get("operator") in _EXPRESSION_OPS]
+    return all(r.matches(labels) for r in reqs)
+
+
 def field_value(obj: dict, path: str) -> str:
     """The string value of a dotted field path ("" when absent, as the real server treats it)."""
     cur = obj

@@ -20,7 +20,6 @@ import base64
 import json
 import logging
 import ssl
-import urllib.error
 import urllib.request
 import uuid
 from typing import Callable
@@ -28,30 +27,11 @@ from typing import Callable
 from .errors import ApiError
 from .patch import json_patch
 from .resources import Resource, lookup
+from .selectors import selector_matches
 
 log = logging.getLogger(__name__)
 CONFIGURATIONS = lookup("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations")
 REVIEW_VERSIONS = ("v1", "v1beta1")
-
-
-def selector_matches(selector: dict | None, labels: dict) -> bool:
-    """A metav1.LabelSelector (matchLabels, matchExpressions) against labels; none matches all."""
-    if not selector:
-        return True
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        present = key in labels
-        if op == "In" and not (present and labels[key] in values):
-            return False
-        if op == "NotIn" and present and labels[key] in values:
-            return False
-        if op == "Exists" and not present:
-            return False
-        if op == "DoesNotExist" and present:
-            return False
-    return True
 
 
 def _rule_matches(rule: dict, res: Resource, operation: str) -> bool:

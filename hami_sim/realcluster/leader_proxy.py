@@ -17,7 +17,6 @@ from typing import Optional
 from hami_sim.realcluster.svcproxy import pump
 
 
-
 def label_selector(selector: dict) -> str:
     """A Service's spec.selector as a label selector string."""
     return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))

@@ -68,9 +68,9 @@ def _wait_phase(v1, name: str, phases, timeout: float) -> dict:
         try:
             pod = json.loads(v1.read_namespaced_pod(name, "default", _preload_content=False).data)
         except ApiException as e:
-            if e.status != 404:
-                raise
-            raise AssertionError(f"pod {name} vanished: {pod.get('status')}") from e
+            if e.status == 404:
+                raise AssertionError(f"pod {name} vanished: {pod.get('status')}") from e
+            raise
         if (pod.get("status") or {}).get("phase") in phases:
             return pod
         time.sleep(0.1)

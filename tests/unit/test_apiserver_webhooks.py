@@ -7,7 +7,8 @@ import pytest
 
 from hami_sim.apiserver.errors import ApiError
 from hami_sim.apiserver.resources import lookup
-from hami_sim.apiserver.webhooks import MutatingWebhooks, selector_matches
+from hami_sim.apiserver.selectors import selector_matches
+from hami_sim.apiserver.webhooks import MutatingWebhooks
 
 PODS = lookup("", "v1", "pods")
 NODES = lookup("", "v1", "nodes")

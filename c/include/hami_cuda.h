@@ -44,6 +44,8 @@ typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUgraphEdgeData_st CUgraphEdgeData; /* only passed by pointer here */
 typedef unsigned long long CUmemGenericAllocationHandle_v1;
 typedef CUmemGenericAllocationHandle_v1 CUmemGenericAllocationHandle;
 
@@ -79,6 +81,26 @@ typedef enum CUlibraryOption_enum { HAMI_CU_LIBRARY_OPTIONS(HAMI_ENUM_ITEM) } CU
 typedef enum CUevent_flags_enum { HAMI_CU_EVENT_FLAGS(HAMI_ENUM_ITEM) } CUevent_flags;
 typedef enum CUstream_flags_enum { HAMI_CU_STREAM_FLAGS(HAMI_ENUM_ITEM) } CUstream_flags;
 typedef enum CUmemAttach_flags_enum { HAMI_CU_MEM_ATTACH_FLAGS(HAMI_ENUM_ITEM) } CUmemAttach_flags;
+typedef enum CUfunction_attribute_enum {
+    HAMI_CU_FUNCTION_ATTRIBUTES(HAMI_ENUM_ITEM)
+} CUfunction_attribute;
+typedef enum CUfunc_cache_enum { HAMI_CU_FUNC_CACHES(HAMI_ENUM_ITEM) } CUfunc_cache;
+typedef enum CUsharedconfig_enum { HAMI_CU_SHARED_CONFIGS(HAMI_ENUM_ITEM) } CUsharedconfig;
+typedef enum CUmoduleLoadingMode_enum {
+    HAMI_CU_MODULE_LOADING_MODES(HAMI_ENUM_ITEM)
+} CUmoduleLoadingMode;
+typedef enum CUoccupancy_flags_enum { HAMI_CU_OCCUPANCY_FLAGS(HAMI_ENUM_ITEM) } CUoccupancy_flags;
+typedef size_t (*CUoccupancyB2DSize)(int blockSize);
+typedef enum CUlimit_enum { HAMI_CU_LIMITS(HAMI_ENUM_ITEM) } CUlimit;
+typedef enum CUctx_flags_enum { HAMI_CU_CTX_FLAGS(HAMI_ENUM_ITEM) } CUctx_flags;
+typedef enum CUmemorytype_enum { HAMI_CU_MEMORY_TYPES(HAMI_ENUM_ITEM) } CUmemorytype;
+typedef enum CUpointer_attribute_enum { HAMI_CU_POINTER_ATTRIBUTES(HAMI_ENUM_ITEM) } CUpointer_attribute;
+typedef void (*CUhostFn)(void *userData);
+typedef enum CUdevice_P2PAttribute_enum { HAMI_CU_P2P_ATTRIBUTES(HAMI_ENUM_ITEM) } CUdevice_P2PAttribute;
+typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
+typedef enum CUfunctionLoadingState_enum {
+    HAMI_CU_FUNCTION_LOADING_STATES(HAMI_ENUM_ITEM)
+} CUfunctionLoadingState;
 
 /* Plain macros of cuda.h; HAMI_CU_MACRO_VALUES repeats them for the conformance check. */
 #define CU_STREAM_LEGACY ((CUstream)0x1)
@@ -89,6 +111,10 @@ typedef enum CUmemAttach_flags_enum { HAMI_CU_MEM_ATTACH_FLAGS(HAMI_ENUM_ITEM) }
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
 #define CU_MEMHOSTALLOC_DEVICEMAP 0x02
 #define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x04
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x08
 
 #else /* HAMI_CUDA_CONFORMANCE: the real cuda.h supplied every type above */
 #define HAMI_T(name) hami_check_##name

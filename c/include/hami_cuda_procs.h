@@ -39,17 +39,19 @@ enum hami_proc_lookup {
     HAMI_PROC_TOO_OLD = 2,        /* CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT */
 };
 
-/* The symbol serving `api` for a caller built against CUDA `version`. With `per_thread`
- * the per-thread-default-stream variant wins where one exists at that version. Returns
- * NULL and sets *result when the API is unknown or newer than `version`. */
-static inline const char *hami_cuda_proc_symbol(const char *api, int version, int per_thread,
-                                                enum hami_proc_lookup *result)
+/* The symbol serving `api` in `table` for a caller built against CUDA `version`, ignoring
+ * rows newer than `newest` (a driver of that version has not got them). With `per_thread`
+ * the per-thread-default-stream variant wins where one exists at that version. Returns NULL
+ * and sets *result when the API is unknown or newer than `version`. */
+static inline const char *hami_proc_lookup(const struct hami_cuda_proc *table, size_t rows,
+                                           const char *api, int version, int per_thread,
+                                           int newest, enum hami_proc_lookup *result)
 {
     const struct hami_cuda_proc *best = NULL, *best_pt = NULL;
     int known = 0;
-    for (size_t i = 0; i < sizeof hami_cuda_procs / sizeof hami_cuda_procs[0]; i++) {
-        const struct hami_cuda_proc *p = &hami_cuda_procs[i];
-        if (strcmp(p->api, api) != 0)
+    for (size_t i = 0; i < rows; i++) {
+        const struct hami_cuda_proc *p = &table[i];
+        if (p->version > newest || strcmp(p->api, api) != 0)
             continue;
         known = 1;
         if (p->version > version)
@@ -66,6 +68,14 @@ static inline const char *hami_cuda_proc_symbol(const char *api, int version, in
     if (result)
         *result = best ? HAMI_PROC_FOUND : known ? HAMI_PROC_TOO_OLD : HAMI_PROC_NO_SUCH_API;
     return best ? best->symbol : NULL;
+}
+
+/* hami_proc_lookup in this project's table (the APIs it uses), for any driver version. */
+static inline const char *hami_cuda_proc_symbol(const char *api, int version, int per_thread,
+                                                enum hami_proc_lookup *result)
+{
+    return hami_proc_lookup(hami_cuda_procs, sizeof hami_cuda_procs / sizeof hami_cuda_procs[0],
+                            api, version, per_thread, 0x7fffffff, result);
 }
 
 #endif /* HAMI_CUDA_PROCS_H */

@@ -139,9 +139,14 @@ static uint64_t kernel_ns(const struct unit *u, long k, int i, struct shape *h)
         h->grid = (unsigned)u->sms;
         return (2 + (uint64_t)((k * 7919) % 19)) * MS;
     case SHAPES: {
-        unsigned n = (unsigned)((k * u->kernels + i) % 16384);
-        h->bx = 1 + n % 1024;
-        h->by = 1 + n / 1024;
+        /* 4,096 block shapes of at most 1,024 threads (a real GPU refuses larger blocks)
+         * times 4 grid sizes, all within one wave of blocks: 16,384 signatures */
+        unsigned n = (unsigned)((k * u->kernels + i) % 16384), pair = n % 4096, y = 1;
+        while (pair >= 1024 / y)
+            pair -= 1024 / y++;
+        h->bx = 1 + pair;
+        h->by = y;
+        h->grid = 1 + n / 4096;
         return u->ns;
     }
     default: return u->ns;

@@ -181,3 +181,27 @@ void sim_device_identity(struct sim_device *dev, int index, const struct sim_gpu
     dev->pci_bus = 0x17 + (uint32_t)index * 0x10;
     dev->numa_node = index / 8; /* eight GPUs per socket, as on common 2-socket servers */
 }
+
+int sim_driver_version(void)
+{
+    /* HAMI_SIM_DRIVER_VERSION: "13020" or "13.2"; anything else is one line and the default */
+    static int version;
+    if (version)
+        return version;
+    int v = SIM_CUDA_DRIVER_VERSION;
+    const char *text = getenv("HAMI_SIM_DRIVER_VERSION");
+    if (text && *text) {
+        unsigned major = 0, minor = 0;
+        char dot = 0, extra = 0;
+        int n = sscanf(text, "%u%c%u%c", &major, &dot, &minor, &extra);
+        if (n == 1 && major >= 9000 && major <= 99990)
+            v = (int)major;
+        else if (n == 3 && dot == '.' && major >= 9 && major <= 99 && minor <= 9)
+            v = (int)(major * 1000 + minor * 10);
+        else
+            fprintf(stderr, "hami-sim: HAMI_SIM_DRIVER_VERSION='%s' is not a CUDA version like "
+                            "13020 or 13.2; using %d\n", text, v);
+    }
+    __atomic_store_n(&version, v, __ATOMIC_RELAXED);
+    return v;
+}

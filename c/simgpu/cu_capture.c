@@ -89,8 +89,10 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
     struct CUgraph_st *g = sim_new_graph();
     if (!g)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    static unsigned long long next_capture = 1;
     g->mode = mode;
     g->thread = pthread_self();
+    g->capture_id = __atomic_fetch_add(&next_capture, 1, __ATOMIC_RELAXED);
     if (track(g, 1) < 0) {
         free_graph(g);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -28,7 +28,9 @@ CUresult sim_require_ctx(struct CUctx_st **out)
 
 static void init_ctx(struct CUctx_st *c, int dev, unsigned int flags, int primary)
 {
+    static unsigned long long next_id = 1;
     memset(c, 0, sizeof *c);
+    c->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     c->magic = MAGIC_CTX;
     c->dev = dev;
     c->flags = flags;
@@ -53,6 +55,7 @@ static CUresult attach(int dev)
 
 static void detach(struct CUctx_st *c)
 {
+    sim_ctx_storage_release(c);
     uint64_t overhead = sim_ctx_overhead(c->dev);
     if (overhead)
         sim_uncharge(c->dev, overhead);
@@ -91,6 +94,28 @@ static CUresult push(struct CUctx_st *c)
     return CUDA_SUCCESS;
 }
 
+/* The primary context of a device exists (inactive) before anyone retains it. */
+static struct CUctx_st *primary_object(CUdevice dev)
+{
+    struct CUctx_st *c = &primaries[dev];
+    if (c->magic != MAGIC_CTX) /* keeps flags set by cuDevicePrimaryCtxSetFlags before */
+        init_ctx(c, dev, c->flags, 1);
+    return c;
+}
+
+CUresult sim_primary_ctx(CUcontext *pctx, CUdevice dev)
+{
+    CUresult rc = sim_check_device(dev);
+    if (rc == CUDA_SUCCESS && !pctx)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        pthread_mutex_lock(&primary_lock);
+        *pctx = primary_object(dev);
+        pthread_mutex_unlock(&primary_lock);
+    }
+    return rc;
+}
+
 SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     CUresult rc = sim_check_device(dev);
@@ -99,9 +124,7 @@ SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (!pctx)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&primary_lock);
-    struct CUctx_st *c = &primaries[dev];
-    if (c->magic != MAGIC_CTX) /* keeps flags set by cuDevicePrimaryCtxSetFlags before */
-        init_ctx(c, dev, c->flags, 1);
+    struct CUctx_st *c = primary_object(dev);
     if (c->refcount == 0)
         rc = attach(dev);
     if (rc == CUDA_SUCCESS) {
@@ -129,8 +152,9 @@ static CUresult primary_release(CUdevice dev)
 }
 
 SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev); }
+SIM_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev); }
 
-SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+static CUresult primary_reset(CUdevice dev)
 {
     CUresult rc = sim_check_device(dev);
     if (rc != CUDA_SUCCESS)
@@ -144,6 +168,9 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_reset(dev); }
+SIM_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_reset(dev); }
+
 SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
     CUresult rc = sim_check_device(dev);
@@ -156,12 +183,21 @@ SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
     return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+static CUresult primary_set_flags(CUdevice dev, unsigned int flags)
 {
     CUresult rc = sim_check_device(dev);
     if (rc == CUDA_SUCCESS)
         primaries[dev].flags = flags;
     return rc;
+}
+
+SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    return primary_set_flags(dev, flags);
+}
+SIM_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
+{
+    return primary_set_flags(dev, flags);
 }
 
 static CUresult create(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -319,3 +355,16 @@ static CUresult synchronize(CUcontext ctx)
 
 SIM_API CUresult cuCtxSynchronize(void) { return synchronize(NULL); }
 SIM_API CUresult cuCtxSynchronize_v2(CUcontext ctx) { return synchronize(ctx); }
+
+CUresult sim_ctx_id(CUcontext ctx, unsigned long long *id)
+{
+    struct CUctx_st *c = NULL;
+    CUresult rc = ctx_or_current(ctx, &c);
+    if (rc == CUDA_SUCCESS && !id)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *id = c->id;
+    return rc;
+}
+
+SIM_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *ctxId) { return sim_ctx_id(ctx, ctxId); }

@@ -36,7 +36,7 @@ SIM_API CUresult cuDriverGetVersion(int *driverVersion)
 {
     if (!driverVersion)
         return CUDA_ERROR_INVALID_VALUE;
-    *driverVersion = SIM_CUDA_DRIVER_VERSION;
+    *driverVersion = sim_driver_version();
     return CUDA_SUCCESS;
 }
 
@@ -97,6 +97,19 @@ SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+void sim_device_uuid_bytes(int dev, uint8_t out[16])
+{
+    const char *p = sim_device(dev)->uuid + 4; /* skip "GPU-" */
+    for (int i = 0; i < 16; p++) {
+        if (*p == '-')
+            continue;
+        unsigned int byte = 0;
+        sscanf(p, "%2x", &byte);
+        out[i++] = (uint8_t)byte;
+        p++;
+    }
+}
+
 static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
 {
     CUresult rc = sim_check_device(dev);
@@ -104,15 +117,7 @@ static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
         return rc;
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
-    const char *p = sim_device(dev)->uuid + 4; /* skip "GPU-" */
-    for (int i = 0; i < 16; p++) {
-        if (*p == '-')
-            continue;
-        unsigned int byte = 0;
-        sscanf(p, "%2x", &byte);
-        uuid->bytes[i++] = (char)byte;
-        p++;
-    }
+    sim_device_uuid_bytes(dev, (uint8_t *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 

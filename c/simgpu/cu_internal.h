@@ -35,19 +35,26 @@ struct CUstream_st {
     int priority;
     int64_t tail_ns;          /* unused since the shared timeline (timeline.h) */
     struct CUgraph_st *capture; /* non-NULL while capturing */
+    unsigned long long id;    /* cuStreamGetId */
     int lane;                 /* this stream's lane on the device timeline, when lane_gen */
     uint32_t lane_gen;        /* 0: no lane yet */
 };
 
+#define SIM_LIMITS (CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED + 1) /* the CUlimit values known here */
+
 struct CUctx_st {
     uint32_t magic;
     int dev;
+    unsigned long long id;  /* cuCtxGetId: unique in the process, never reused */
     unsigned int flags;
     int primary;
     int refcount; /* primary contexts: retains */
     int64_t tail_ns; /* end of the last work queued in this context */
     struct CUstream_st null_stream;
     uint64_t module_bytes; /* module memory charged since its first kernel launch */
+    size_t limits[SIM_LIMITS];   /* cuCtxSetLimit values; those never set are 0 */
+    unsigned int limits_set;     /* bit per limit set */
+    CUfunc_cache cache_config;
 };
 
 struct CUevent_st {
@@ -59,6 +66,18 @@ struct CUevent_st {
     int dev, lane, stamped; /* recorded as operation `seq` of a lane; stamped: t_ns is known */
     uint32_t gen;
     uint64_t seq;
+};
+
+/* A kernel of a loaded module (cu_module.c); serves as CUfunction and as CUkernel. */
+struct sim_kernel_info;
+struct CUfunc_st {
+    uint32_t magic;
+    struct CUmod_st *module;
+    const struct sim_kernel_info *info;
+    int spin;               /* the simulator's test kernel: its duration is its argument */
+    int max_dynamic_shared; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int carveout;           /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
+    int cache_config;
 };
 
 struct sim_node {
@@ -74,6 +93,7 @@ struct CUgraph_st {
     pthread_t thread;  /* the thread that began the capture */
     int invalidated;   /* a prohibited call happened: cuStreamEndCapture fails */
     uint64_t alloc_bytes; /* graph memory nodes: what a launch takes from the graph pool */
+    unsigned long long capture_id; /* cuStreamGetCaptureInfo: unique per capture */
 };
 
 struct CUgraphExec_st {
@@ -88,9 +108,42 @@ struct CUgraphExec_st {
 CUresult sim_cu_ready(void);
 CUresult sim_check_device(CUdevice dev);
 
+/* The device's UUID as the 16 bytes cuDeviceGetUuid gives. */
+void sim_device_uuid_bytes(int dev, uint8_t out[16]);
+
 /* ---- cu_context.c ---- */
 /* The current context, or an error when there is none. */
 CUresult sim_require_ctx(struct CUctx_st **out);
+/* The device's primary context object, active or not (the runtime's export table). */
+CUresult sim_primary_ctx(CUcontext *pctx, CUdevice dev);
+/* cuCtxGetId for `ctx` (NULL: the current context). */
+CUresult sim_ctx_id(CUcontext ctx, unsigned long long *id);
+
+/* ---- cu_missing.c: HAMI_SIM_TRAP_MISSING diagnostics ---- */
+int sim_trap_missing(void);
+/* A stub that names `symbol` (a static string) when called. */
+void *sim_missing_stub(const char *symbol);
+
+/* ---- cu_storage.c: the runtime's per-context values (export table) ---- */
+typedef void (*sim_storage_dtor)(CUcontext, void *key, void *value);
+CUresult sim_ctx_storage_put(CUcontext ctx, void *key, void *value, sim_storage_dtor dtor);
+CUresult sim_ctx_storage_delete(CUcontext ctx, void *key);
+CUresult sim_ctx_storage_get(void **value, CUcontext ctx, void *key);
+/* The context goes (destroyed, or primary reset / released): calls the values' destructors. */
+void sim_ctx_storage_release(struct CUctx_st *ctx);
+
+/* ---- cu_module.c ---- */
+CUresult sim_module_from_image(CUmodule *module, const void *image);
+CUresult sim_module_from_file(CUmodule *module, const char *path);
+/* `wrapper` is a __fatBinC_Wrapper_t as the runtime registers it. */
+CUresult sim_module_from_wrapper(CUmodule *module, const void *wrapper);
+CUresult sim_module_function(const void *module, const char *name, struct CUfunc_st **out);
+CUresult sim_module_global(const void *module, const char *name, CUdeviceptr *dptr,
+                           size_t *bytes);
+CUresult sim_module_unload(void *module);
+/* The function's name (0), or -1 for an invalid handle. */
+int sim_function_name(const struct CUfunc_st *f, const char **name);
+CUmodule sim_function_module(const struct CUfunc_st *f);
 
 /* Charges module memory at a context's first kernel launch (lazy loading): CUDA_SUCCESS, or
  * CUDA_ERROR_OUT_OF_MEMORY when the device has no room for it. */
@@ -151,7 +204,8 @@ uint64_t sim_alloc_size(size_t bytes);
 void *sim_map_memory(size_t bytes);
 
 /* ---- alloc_table.c: live allocations of this process, by base address ---- */
-enum sim_alloc_kind { ALLOC_DEVICE, ALLOC_MANAGED, ALLOC_HOST, ALLOC_POOL, ALLOC_GRAPH };
+enum sim_alloc_kind { ALLOC_DEVICE, ALLOC_MANAGED, ALLOC_HOST, ALLOC_POOL, ALLOC_GRAPH,
+                      ALLOC_REGISTERED /* the application's host memory, page-locked */ };
 struct sim_alloc {
     uintptr_t base;
     size_t size;      /* bytes mapped */

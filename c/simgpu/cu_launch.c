@@ -1,119 +1,12 @@
-/* Modules and libraries (any image loads; only the function `spin` exists), kernel launches,
- * stream capture and graphs of captured kernels. */
+/* Kernel launches: the simulator's test kernel `spin` runs for the time its argument says;
+ * every other kernel (real CUDA code, which the simulator never executes) takes a time that
+ * grows with its grid: waves of blocks over the device's SMs, each wave HAMI_SIM_WAVE_NS. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cu_internal.h"
-
-struct CUmod_st {
-    uint32_t magic;
-};
-
-/* `spin` is the only kernel: one object serves as CUfunction and as CUkernel. */
-struct CUfunc_st {
-    uint32_t magic;
-};
-static struct CUfunc_st spin_function = {MAGIC_FUNC};
-
-static CUresult load(CUmodule *module, const void *image)
-{
-    CUresult rc = sim_cu_ready();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!module || !image)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct CUmod_st *m = malloc(sizeof *m);
-    if (!m)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    m->magic = MAGIC_MODULE;
-    *module = m;
-    return CUDA_SUCCESS;
-}
-
-SIM_API CUresult cuModuleLoad(CUmodule *module, const char *fname)
-{
-    if (fname && access(fname, R_OK) != 0)
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    return load(module, fname);
-}
-
-SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image) { return load(module, image); }
-
-SIM_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
-                                    CUjit_option *options, void **optionValues)
-{
-    (void)numOptions;
-    (void)options;
-    (void)optionValues;
-    return load(module, image);
-}
-
-static CUresult unload(void *handle)
-{
-    struct CUmod_st *m = handle;
-    CUresult rc = sim_cu_ready();
-    if (rc == CUDA_SUCCESS && (!m || m->magic != MAGIC_MODULE))
-        rc = CUDA_ERROR_INVALID_HANDLE;
-    if (rc == CUDA_SUCCESS) {
-        m->magic = MAGIC_DEAD;
-        free(m);
-    }
-    return rc;
-}
-
-SIM_API CUresult cuModuleUnload(CUmodule hmod) { return unload(hmod); }
-
-static CUresult get_spin(void **out, const void *handle, const char *name)
-{
-    const struct CUmod_st *m = handle;
-    CUresult rc = sim_cu_ready();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!out || !name)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!m || m->magic != MAGIC_MODULE)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (strcmp(name, "spin") != 0)
-        return CUDA_ERROR_NOT_FOUND;
-    *out = &spin_function;
-    return CUDA_SUCCESS;
-}
-
-SIM_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
-{
-    return get_spin((void **)hfunc, hmod, name);
-}
-
-SIM_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
-                                   void **jitOptionsValues, unsigned int numJitOptions,
-                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
-                                   unsigned int numLibraryOptions)
-{
-    (void)jitOptions, (void)jitOptionsValues, (void)numJitOptions;
-    (void)libraryOptions, (void)libraryOptionValues, (void)numLibraryOptions;
-    return load((CUmodule *)library, code);
-}
-
-SIM_API CUresult cuLibraryUnload(CUlibrary library) { return unload(library); }
-
-SIM_API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
-{
-    return get_spin((void **)pKernel, library, name);
-}
-
-SIM_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
-{
-    CUresult rc = sim_cu_ready();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!pFunc)
-        return CUDA_ERROR_INVALID_VALUE;
-    if ((void *)kernel != (void *)&spin_function)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *pFunc = &spin_function;
-    return CUDA_SUCCESS;
-}
+#include "image.h"
 
 /* The spin kernel's one parameter: nanoseconds, from kernelParams[0] or a packed buffer. */
 static CUresult spin_ns(void **params, void **extra, uint64_t *ns)
@@ -131,56 +24,120 @@ static CUresult spin_ns(void **params, void **extra, uint64_t *ns)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-/* Occupies min(blocks, SMs) SMs for ns * ceil(blocks / SMs): each wave of blocks takes `ns`. */
-static CUresult launch(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                       CUstream h, int pt, void **params, void **extra)
+/* How long one wave of a real kernel's blocks takes (HAMI_SIM_WAVE_NS, default 10 us). */
+static int64_t wave_ns(void)
+{
+    static int64_t ns;
+    if (!ns) {
+        const char *text = getenv("HAMI_SIM_WAVE_NS");
+        long long v = text ? atoll(text) : 0;
+        __atomic_store_n(&ns, v > 0 ? v : 10000, __ATOMIC_RELAXED);
+    }
+    return ns;
+}
+
+/* Blocks of a kernel resident on one SM at once: threads, registers and shared memory. */
+static uint64_t blocks_per_sm(const struct CUfunc_st *f, uint64_t threads, unsigned int shmem)
+{
+    uint64_t warps = (threads + 31) / 32, by_threads = 2048 / (warps * 32), n = 32;
+    if (by_threads < n)
+        n = by_threads;
+    uint32_t regs = f->info->regs;
+    if (regs) {
+        uint64_t per_warp = (regs * 32 + 255) / 256 * 256, by_regs = 65536 / (per_warp * warps);
+        if (by_regs < n)
+            n = by_regs;
+    }
+    uint64_t smem = f->info->shared_bytes + (uint64_t)shmem;
+    if (smem && 167936 / smem < n)
+        n = 167936 / smem;
+    return n ? n : 1;
+}
+
+/* Refuses what a real driver refuses: a block larger than the kernel allows, or more dynamic
+ * shared memory than it was given. */
+static CUresult check_block(const struct CUfunc_st *f, uint64_t threads, unsigned int shmem)
+{
+    if (threads == 0 || threads > f->info->max_threads)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f->spin && shmem > (unsigned int)f->max_dynamic_shared)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* A kernel's device time and the SMs it occupies. `spin` occupies min(blocks, SMs) SMs for
+ * ns * ceil(blocks / SMs); any other kernel runs ceil(blocks / (SMs x resident blocks))
+ * waves of HAMI_SIM_WAVE_NS. */
+static CUresult cost(const struct CUfunc_st *f, uint64_t blocks, uint64_t threads,
+                     unsigned int shmem, uint64_t sms, void **params, void **extra,
+                     uint64_t *ns_out)
+{
+    uint64_t ns = 0, waves;
+    if (f->spin) {
+        if (spin_ns(params, extra, &ns) != CUDA_SUCCESS)
+            return CUDA_ERROR_INVALID_VALUE;
+        waves = (blocks + sms - 1) / sms;
+    } else {
+        uint64_t per_wave = sms * blocks_per_sm(f, threads, shmem);
+        waves = (blocks + per_wave - 1) / per_wave;
+        ns = (uint64_t)wave_ns();
+    }
+    if (ns > (uint64_t)INT64_MAX / waves)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ns_out = ns * waves;
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUfunction f, const unsigned int grid[3], const unsigned int block[3],
+                       unsigned int shmem, CUstream h, int pt, void **params, void **extra)
 {
     struct CUstream_st *s = NULL;
     CUresult rc = sim_stream(h, pt, &s);
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (f != &spin_function)
+    if (!f || f->magic != MAGIC_FUNC)
         return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+    uint64_t threads = (uint64_t)block[0] * block[1] * block[2], ns = 0;
+    if (blocks == 0 || (rc = check_block(f, threads, shmem)) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_VALUE;
     if ((rc = sim_ctx_kernels_used(s->ctx)) != CUDA_SUCCESS)
         return rc;
-    uint64_t blocks = (uint64_t)gx * gy * gz, ns = 0;
-    if (blocks == 0 || spin_ns(params, extra, &ns) != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_VALUE;
     uint64_t sms = sim_device(s->ctx->dev)->sms;
-    uint64_t waves = (blocks + sms - 1) / sms;
-    if (ns > (uint64_t)INT64_MAX / waves)
-        return CUDA_ERROR_INVALID_VALUE;
+    if ((rc = cost(f, blocks, threads, shmem, sms, params, extra, &ns)) != CUDA_SUCCESS)
+        return rc;
     if (s->capture)
-        return sim_stream_enqueue(s, (int64_t)(ns * waves));
+        return sim_stream_enqueue(s, (int64_t)ns);
     /* Blocks take SMs while they run: a kernel narrower than the device leaves room beside
      * it for kernels of the context's other streams. */
-    return sim_tl_kernel(s, (int64_t)(ns * waves), (uint32_t)(blocks < sms ? blocks : sms));
+    return sim_tl_kernel(s, (int64_t)ns, (uint32_t)(blocks < sms ? blocks : sms));
 }
 
 #define LAUNCH_ARGS                                                                           \
     CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,        \
         unsigned int by, unsigned int bz, unsigned int shmem, CUstream h, void **params
-#define UNUSED_BLOCK (void)bx, (void)by, (void)bz, (void)shmem
+#define GRID_BLOCK                                                                            \
+    const unsigned int grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz}
 
 SIM_API CUresult cuLaunchKernel(LAUNCH_ARGS, void **extra)
 {
-    UNUSED_BLOCK;
-    return launch(f, gx, gy, gz, h, 0, params, extra);
+    GRID_BLOCK;
+    return launch(f, grid, block, shmem, h, 0, params, extra);
 }
 SIM_API CUresult cuLaunchKernel_ptsz(LAUNCH_ARGS, void **extra)
 {
-    UNUSED_BLOCK;
-    return launch(f, gx, gy, gz, h, 1, params, extra);
+    GRID_BLOCK;
+    return launch(f, grid, block, shmem, h, 1, params, extra);
 }
 SIM_API CUresult cuLaunchCooperativeKernel(LAUNCH_ARGS)
 {
-    UNUSED_BLOCK;
-    return launch(f, gx, gy, gz, h, 0, params, NULL);
+    GRID_BLOCK;
+    return launch(f, grid, block, shmem, h, 0, params, NULL);
 }
 SIM_API CUresult cuLaunchCooperativeKernel_ptsz(LAUNCH_ARGS)
 {
-    UNUSED_BLOCK;
-    return launch(f, gx, gy, gz, h, 1, params, NULL);
+    GRID_BLOCK;
+    return launch(f, grid, block, shmem, h, 1, params, NULL);
 }
 
 static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, void **extra,
@@ -188,7 +145,9 @@ static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params, 
 {
     if (!c)
         return CUDA_ERROR_INVALID_VALUE;
-    return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->hStream, pt, params, extra);
+    const unsigned int grid[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
+    const unsigned int block[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+    return launch(f, grid, block, c->sharedMemBytes, c->hStream, pt, params, extra);
 }
 
 SIM_API CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params,

@@ -138,7 +138,8 @@ SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
     if (rc != CUDA_SUCCESS)
         return rc;
     struct sim_alloc a;
-    if (sim_alloc_find((uintptr_t)dptr, &a) < 0 || a.kind == ALLOC_HOST)
+    if (sim_alloc_find((uintptr_t)dptr, &a) < 0 || a.kind == ALLOC_HOST ||
+        a.kind == ALLOC_REGISTERED)
         return CUDA_ERROR_NOT_FOUND;
     if (pbase)
         *pbase = (CUdeviceptr)a.base;

@@ -70,10 +70,12 @@ static CUresult create_stream(CUstream *phStream, unsigned int flags, int priori
     struct CUstream_st *s = calloc(1, sizeof *s);
     if (!s)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    static unsigned long long next_id = 0x100; /* below: the legacy and per-thread streams */
     s->magic = MAGIC_STREAM;
     s->ctx = c;
     s->flags = flags;
-    s->priority = priority;
+    s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority; /* clamped, as the driver does */
+    s->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     *phStream = s;
     return CUDA_SUCCESS;
 }

@@ -91,7 +91,7 @@ static nvmlReturn_t cuda_version(int *v)
 {
     if (!v)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *v = SIM_CUDA_DRIVER_VERSION;
+    *v = sim_driver_version();
     return NVML_SUCCESS;
 }
 

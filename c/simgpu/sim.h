@@ -15,6 +15,10 @@
 
 #define SIM_API __attribute__((visibility("default")))
 
+#ifdef HAMI_GLIBC_BASE /* c/compat/glibc_floor.h leaves dlsym to each library (libvgpu has its own) */
+__asm__(".symver dlsym,dlsym@" HAMI_GLIBC_BASE);
+#endif
+
 /* Driver identity reported by both libraries. */
 #define SIM_CUDA_DRIVER_VERSION 13000
 #define SIM_NVML_DRIVER_VERSION "580.65.06"
@@ -36,6 +40,10 @@ struct sim_config {
     int count;
     struct sim_gpu_spec gpus[SIM_MAX_DEVICES];
 };
+
+/* The driver's CUDA version: HAMI_SIM_DRIVER_VERSION ("13020" or "13.2"), else
+ * SIM_CUDA_DRIVER_VERSION. */
+int sim_driver_version(void);
 
 /* Parses HAMI_SIM_GPUS text; on failure returns -1 with one line naming the bad part. */
 int sim_config_parse(const char *text, struct sim_config *out, char *err, size_t errlen);

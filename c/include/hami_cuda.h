@@ -96,6 +96,25 @@ typedef enum CUctx_flags_enum { HAMI_CU_CTX_FLAGS(HAMI_ENUM_ITEM) } CUctx_flags;
 typedef enum CUmemorytype_enum { HAMI_CU_MEMORY_TYPES(HAMI_ENUM_ITEM) } CUmemorytype;
 typedef enum CUpointer_attribute_enum { HAMI_CU_POINTER_ATTRIBUTES(HAMI_ENUM_ITEM) } CUpointer_attribute;
 typedef void (*CUhostFn)(void *userData);
+typedef enum CUlogLevel_enum { CU_LOG_LEVEL_ERROR = 0, CU_LOG_LEVEL_WARNING = 1 } CUlogLevel;
+typedef struct CUlogsCallbackEntry_st *CUlogsCallbackHandle;
+typedef void (*CUlogsCallback)(void *data, CUlogLevel logLevel, char *message, size_t length);
+typedef unsigned int CUlogIterator;
+typedef struct CUmulticastObjectProp_st CUmulticastObjectProp; /* only passed by pointer here */
+typedef struct CUdevResource_st CUdevResource;                 /* only passed by pointer here */
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
+typedef enum {
+    CU_DEV_RESOURCE_TYPE_INVALID = 0,
+    CU_DEV_RESOURCE_TYPE_SM = 1
+} CUdevResourceType;
+typedef enum CUmulticastGranularity_flags_enum {
+    CU_MULTICAST_GRANULARITY_MINIMUM = 0x0,
+    CU_MULTICAST_GRANULARITY_RECOMMENDED = 0x1
+} CUmulticastGranularity_flags;
+typedef enum CUgraphNodeType_enum { HAMI_CU_GRAPH_NODE_TYPES(HAMI_ENUM_ITEM) } CUgraphNodeType;
+typedef enum CUstreamBatchMemOpType_enum {
+    HAMI_CU_STREAM_MEM_OP_TYPES(HAMI_ENUM_ITEM)
+} CUstreamBatchMemOpType;
 typedef enum CUdevice_P2PAttribute_enum { HAMI_CU_P2P_ATTRIBUTES(HAMI_ENUM_ITEM) } CUdevice_P2PAttribute;
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 typedef enum CUfunctionLoadingState_enum {
@@ -227,6 +246,79 @@ typedef struct HAMI_T(CUlaunchConfig_st) {
     unsigned int numAttrs;
 } HAMI_T(CUlaunchConfig);
 
+typedef struct HAMI_T(CUDA_KERNEL_NODE_PARAMS_st) {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+} HAMI_T(CUDA_KERNEL_NODE_PARAMS_v1);
+
+typedef struct HAMI_T(CUDA_KERNEL_NODE_PARAMS_v2_st) {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} HAMI_T(CUDA_KERNEL_NODE_PARAMS_v2);
+
+typedef struct HAMI_T(CUDA_MEMCPY2D_st) {
+    size_t srcXInBytes;
+    size_t srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes;
+    size_t dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes;
+    size_t Height;
+} HAMI_T(CUDA_MEMCPY2D_v2);
+
+/* The write and wait operations of cuStreamBatchMemOp (the others are refused). */
+typedef union HAMI_T(CUstreamBatchMemOpParams_union) {
+    CUstreamBatchMemOpType operation;
+    struct {
+        CUstreamBatchMemOpType operation;
+        CUdeviceptr address;
+        union {
+            cuuint32_t value;
+            cuuint64_t value64;
+        };
+        unsigned int flags;
+        CUdeviceptr alias;
+    } waitValue;
+    struct {
+        CUstreamBatchMemOpType operation;
+        CUdeviceptr address;
+        union {
+            cuuint32_t value;
+            cuuint64_t value64;
+        };
+        unsigned int flags;
+        CUdeviceptr alias;
+    } writeValue;
+    cuuint64_t pad[6];
+} HAMI_T(CUstreamBatchMemOpParams_v1);
+
 /* The structs checked by the conformance test (one name per entry). */
 #define HAMI_CU_STRUCTS(X)                                                                     \
     X(CUuuid) X(CUDA_ARRAY_DESCRIPTOR) X(CUDA_ARRAY3D_DESCRIPTOR) X(CUmemLocation)             \
@@ -235,6 +327,8 @@ typedef struct HAMI_T(CUlaunchConfig_st) {
     X(CUlaunchConfig)
 
 #ifndef HAMI_CUDA_CONFORMANCE
+typedef CUDA_MEMCPY2D_v2 CUDA_MEMCPY2D;
+typedef CUstreamBatchMemOpParams_v1 CUstreamBatchMemOpParams;
 #include "hami_cuda_api.h"
 
 /* Bytes per channel of an array element in format `f`; 0 for a format not listed above. */

@@ -150,25 +150,6 @@ static void make_uuid(char *out, size_t len, int index, const char *seed)
              (unsigned long long)(lo & 0xffffffffffffULL));
 }
 
-/* Compute capability by product family, as the name announces it (longer keys first). */
-static void capability(const char *name, int32_t *major, int32_t *minor)
-{
-    static const struct { const char *key; int major, minor; } table[] = {
-        {"B200", 10, 0}, {"H100", 9, 0}, {"H200", 9, 0}, {"H20", 9, 0}, {"L40", 8, 9},
-        {"L4", 8, 9},    {"A100", 8, 0}, {"A10", 8, 6},  {"A30", 8, 0}, {"T4", 7, 5},
-        {"V100", 7, 0},  {"P100", 6, 0}, {"P4", 6, 1},
-    };
-    *major = 8;
-    *minor = 0;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (strstr(name, table[i].key)) {
-            *major = table[i].major;
-            *minor = table[i].minor;
-            return;
-        }
-    }
-}
-
 void sim_device_identity(struct sim_device *dev, int index, const struct sim_gpu_spec *spec,
                          const char *uuid_seed)
 {
@@ -177,7 +158,9 @@ void sim_device_identity(struct sim_device *dev, int index, const struct sim_gpu
     dev->sms = spec->sms;
     snprintf(dev->name, sizeof dev->name, "%s", spec->name);
     make_uuid(dev->uuid, sizeof dev->uuid, index, uuid_seed);
-    capability(spec->name, &dev->cc_major, &dev->cc_minor);
+    const struct sim_model *model = sim_model_of(spec->name);
+    dev->cc_major = model->cc_major;
+    dev->cc_minor = model->cc_minor;
     dev->pci_bus = 0x17 + (uint32_t)index * 0x10;
     dev->numa_node = index / 8; /* eight GPUs per socket, as on common 2-socket servers */
 }

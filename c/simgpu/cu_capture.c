@@ -67,13 +67,6 @@ static int track(struct CUgraph_st *g, int add)
     return done ? 0 : -1;
 }
 
-static void free_graph(struct CUgraph_st *g)
-{
-    g->magic = MAGIC_DEAD;
-    free(g->nodes);
-    free(g);
-}
-
 static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
 {
     struct CUstream_st *s = NULL;
@@ -94,7 +87,7 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, int pt)
     g->thread = pthread_self();
     g->capture_id = __atomic_fetch_add(&next_capture, 1, __ATOMIC_RELAXED);
     if (track(g, 1) < 0) {
-        free_graph(g);
+        sim_graph_free(g);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     s->capture = g;
@@ -117,7 +110,7 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph, int pt)
     s->capture = NULL;
     track(g, 0);
     if (__atomic_load_n(&g->invalidated, __ATOMIC_RELAXED)) {
-        free_graph(g);
+        sim_graph_free(g);
         *phGraph = NULL;
         return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }

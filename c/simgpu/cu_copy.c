@@ -115,3 +115,53 @@ SET_PAIR(cuMemsetD32_v2, cuMemsetD32_v2_ptds, unsigned int, 4)
 SET_ASYNC_PAIR(cuMemsetD8Async, cuMemsetD8Async_ptsz, unsigned char, 1)
 SET_ASYNC_PAIR(cuMemsetD16Async, cuMemsetD16Async_ptsz, unsigned short, 2)
 SET_ASYNC_PAIR(cuMemsetD32Async, cuMemsetD32Async_ptsz, unsigned int, 4)
+
+/* 2D copies: rows of WidthInBytes, each side at its own pitch. Arrays are not modelled as
+ * copy endpoints (see docs/simgpu.md). */
+static const uint8_t *endpoint(CUmemorytype type, const void *host, CUdeviceptr dev)
+{
+    switch (type) {
+    case CU_MEMORYTYPE_HOST: return host;
+    case CU_MEMORYTYPE_DEVICE: case CU_MEMORYTYPE_UNIFIED: return DPTR(dev);
+    default: return NULL;
+    }
+}
+
+static CUresult copy2d(const CUDA_MEMCPY2D *p, int async, CUstream h, int pt)
+{
+    CUresult rc = prepare(async, h, pt);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->dstMemoryType == CU_MEMORYTYPE_ARRAY) {
+        sim_driver_log("cuMemcpy2D: copies to or from arrays are not modelled by the simulated "
+                       "driver");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    const uint8_t *src = endpoint(p->srcMemoryType, p->srcHost, p->srcDevice);
+    uint8_t *dst = (uint8_t *)endpoint(p->dstMemoryType, p->dstHost, p->dstDevice);
+    if (!p->WidthInBytes || !p->Height)
+        return CUDA_SUCCESS;
+    if (!src || !dst || (p->Height > 1 && (p->srcPitch < p->WidthInBytes + p->srcXInBytes ||
+                                           p->dstPitch < p->WidthInBytes + p->dstXInBytes)))
+        return CUDA_ERROR_INVALID_VALUE;
+    src += p->srcY * p->srcPitch + p->srcXInBytes;
+    dst += p->dstY * p->dstPitch + p->dstXInBytes;
+    for (size_t row = 0; row < p->Height; row++)
+        memmove(dst + row * p->dstPitch, src + row * p->srcPitch, p->WidthInBytes);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return copy2d(p, 0, NULL, 0); }
+SIM_API CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *p) { return copy2d(p, 0, NULL, 1); }
+SIM_API CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return copy2d(p, 0, NULL, 0); }
+SIM_API CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *p)
+{
+    return copy2d(p, 0, NULL, 1);
+}
+SIM_API CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream h) { return copy2d(p, 1, h, 0); }
+SIM_API CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream h)
+{
+    return copy2d(p, 1, h, 1);
+}

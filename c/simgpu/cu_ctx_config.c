@@ -185,3 +185,27 @@ SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     }
     return CUDA_ERROR_INVALID_DEVICE;
 }
+
+/* No simulated device reaches another's memory (cuDeviceCanAccessPeer says 0). */
+SIM_API CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
+{
+    struct CUctx_st *c = NULL;
+    CUresult rc = current(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!peerContext || peerContext->magic != MAGIC_CTX || Flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    return peerContext->dev == c->dev ? CUDA_ERROR_INVALID_DEVICE
+                                      : CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+}
+
+SIM_API CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
+{
+    struct CUctx_st *c = NULL;
+    CUresult rc = current(&c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!peerContext || peerContext->magic != MAGIC_CTX)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+}

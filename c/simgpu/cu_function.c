@@ -210,7 +210,69 @@ SIM_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return rc;
 }
 
+static CUresult param_info(const void *handle, size_t index, size_t *offset, size_t *size)
+{
+    struct CUfunc_st *f = NULL;
+    CUresult rc = function_of(handle, &f);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (index >= f->info->nparams)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (offset)
+        *offset = f->info->param_offsets[index];
+    if (size)
+        *size = f->info->param_sizes[index];
+    return CUDA_SUCCESS;
+}
+
+static CUresult param_count(const void *handle, size_t *count)
+{
+    struct CUfunc_st *f = NULL;
+    CUresult rc = function_of(handle, &f);
+    if (rc == CUDA_SUCCESS && !count)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        *count = f->info->nparams;
+    return rc;
+}
+
+SIM_API CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                    size_t *paramSize)
+{
+    return param_info(func, paramIndex, paramOffset, paramSize);
+}
+
+SIM_API CUresult cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset,
+                                      size_t *paramSize)
+{
+    return param_info(kernel, paramIndex, paramOffset, paramSize);
+}
+
+SIM_API CUresult cuFuncGetParamCount(CUfunction func, size_t *paramCount)
+{
+    return param_count(func, paramCount);
+}
+
+SIM_API CUresult cuKernelGetParamCount(CUkernel kernel, size_t *paramCount)
+{
+    return param_count(kernel, paramCount);
+}
+
 /* ---- libraries ---- */
+
+SIM_API CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
+{
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_module_kernels(lib, count, NULL, 0);
+}
+
+SIM_API CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary lib)
+{
+    if (!kernels)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_module_kernels(lib, NULL, kernels, numKernels);
+}
 
 SIM_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
                                    void **jitOptionsValues, unsigned int numJitOptions,

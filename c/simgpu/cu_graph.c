@@ -24,6 +24,37 @@ struct CUgraph_st *sim_new_graph(void)
     return g;
 }
 
+CUresult sim_graph_add_kernel(struct CUgraph_st *g, const struct sim_node *kernel)
+{
+    if (g->count == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 16;
+        struct sim_node **nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
+        if (!nodes)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        g->nodes = nodes;
+        g->cap = cap;
+    }
+    struct sim_node *n = malloc(sizeof *n);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *n = *kernel;
+    n->magic = MAGIC_NODE;
+    n->graph = g;
+    g->nodes[g->count++] = n;
+    return CUDA_SUCCESS;
+}
+
+void sim_graph_free(struct CUgraph_st *g)
+{
+    g->magic = MAGIC_DEAD;
+    for (int i = 0; i < g->count; i++) {
+        g->nodes[i]->magic = MAGIC_DEAD;
+        free(g->nodes[i]);
+    }
+    free(g->nodes);
+    free(g);
+}
+
 SIM_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
     CUresult rc = sim_cu_ready();
@@ -40,36 +71,55 @@ SIM_API CUresult cuGraphDestroy(CUgraph g)
     CUresult rc = sim_cu_ready();
     if (rc == CUDA_SUCCESS && (!g || g->magic != MAGIC_GRAPH))
         rc = CUDA_ERROR_INVALID_VALUE;
-    if (rc == CUDA_SUCCESS) {
-        g->magic = MAGIC_DEAD;
-        free(g->nodes);
-        free(g);
-    }
+    if (rc == CUDA_SUCCESS)
+        sim_graph_free(g);
     return rc;
 }
 
-SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph g,
-                                             unsigned long long flags)
+static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph g)
 {
-    (void)flags;
     CUresult rc = sim_cu_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!phGraphExec || !g || g->magic != MAGIC_GRAPH)
         return CUDA_ERROR_INVALID_VALUE;
     struct CUgraphExec_st *e = calloc(1, sizeof *e);
-    size_t bytes = (size_t)g->count * sizeof *g->nodes;
+    size_t bytes = (size_t)g->count * sizeof *e->nodes;
     if (!e || (bytes && !(e->nodes = malloc(bytes)))) {
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (bytes)
-        memcpy(e->nodes, g->nodes, bytes);
+    for (int i = 0; i < g->count; i++) {
+        e->nodes[i] = *g->nodes[i];
+        e->nodes[i].graph = NULL;
+        e->nodes[i].origin = g->nodes[i];
+    }
     e->count = g->count;
     e->alloc_bytes = g->alloc_bytes;
     e->magic = MAGIC_EXEC;
     *phGraphExec = e;
     return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph g,
+                                             unsigned long long flags)
+{
+    (void)flags;
+    return instantiate(phGraphExec, g);
+}
+
+/* The first ABI: the error node and log buffer are left alone on success. */
+SIM_API CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph g, CUgraphNode *errorNode,
+                                    char *logBuffer, size_t bufferSize)
+{
+    (void)errorNode, (void)logBuffer, (void)bufferSize;
+    return instantiate(phGraphExec, g);
+}
+SIM_API CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph g, CUgraphNode *errorNode,
+                                       char *logBuffer, size_t bufferSize)
+{
+    (void)errorNode, (void)logBuffer, (void)bufferSize;
+    return instantiate(phGraphExec, g);
 }
 
 /* A cuMemAllocAsync being captured: address space now, memory at graph launch. */
@@ -126,7 +176,7 @@ static CUresult graph_launch(CUgraphExec e, CUstream h, int pt)
     else if ((rc = graph_pool_take(s->ctx->dev, e->alloc_bytes)) != CUDA_SUCCESS)
         return rc;
     for (int i = 0; i < e->count && rc == CUDA_SUCCESS; i++)
-        rc = sim_stream_enqueue(s, e->nodes[i].duration_ns);
+        rc = sim_stream_enqueue(s, &e->nodes[i]);
     return rc;
 }
 

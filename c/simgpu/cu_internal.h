@@ -21,6 +21,8 @@ enum sim_magic {
     MAGIC_ARRAY = 0x41525231,
     MAGIC_PHYS = 0x50485931,
     MAGIC_MIPMAP = 0x4d495031,
+    MAGIC_NODE = 0x4e4f4431,
+    MAGIC_LINK = 0x4c4e4b31,
     MAGIC_DEAD = 0xdeadbeef,
 };
 
@@ -80,14 +82,20 @@ struct CUfunc_st {
     int cache_config;
 };
 
+/* A kernel node of a captured (or built) graph: a stable handle (CUgraphNode). */
 struct sim_node {
+    uint32_t magic;            /* MAGIC_NODE */
+    struct CUgraph_st *graph;
+    const struct sim_node *origin; /* in an executable graph: the node it was made from */
     int64_t duration_ns;
+    struct CUfunc_st *func;    /* NULL for a node queued without a function */
+    unsigned int grid[3], block[3], shmem;
 };
 
 struct CUgraph_st {
     uint32_t magic;
     int count, cap;
-    struct sim_node *nodes;
+    struct sim_node **nodes;
     /* while it is a stream's capture (cu_graph.c) */
     CUstreamCaptureMode mode;
     pthread_t thread;  /* the thread that began the capture */
@@ -111,6 +119,9 @@ CUresult sim_check_device(CUdevice dev);
 /* The device's UUID as the 16 bytes cuDeviceGetUuid gives. */
 void sim_device_uuid_bytes(int dev, uint8_t out[16]);
 
+/* ---- device_attrs.c: cuDeviceGetAttribute's answer for a device ---- */
+int sim_device_attribute(const struct sim_device *d, CUdevice_attribute a);
+
 /* ---- cu_context.c ---- */
 /* The current context, or an error when there is none. */
 CUresult sim_require_ctx(struct CUctx_st **out);
@@ -118,6 +129,10 @@ CUresult sim_require_ctx(struct CUctx_st **out);
 CUresult sim_primary_ctx(CUcontext *pctx, CUdevice dev);
 /* cuCtxGetId for `ctx` (NULL: the current context). */
 CUresult sim_ctx_id(CUcontext ctx, unsigned long long *id);
+
+/* ---- cu_logs.c: the driver's error log ---- */
+/* One line for the registered callbacks and cuLogsDumpTo* (what the driver says it refused). */
+void sim_driver_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- cu_missing.c: HAMI_SIM_TRAP_MISSING diagnostics ---- */
 int sim_trap_missing(void);
@@ -141,6 +156,8 @@ CUresult sim_module_function(const void *module, const char *name, struct CUfunc
 CUresult sim_module_global(const void *module, const char *name, CUdeviceptr *dptr,
                            size_t *bytes);
 CUresult sim_module_unload(void *module);
+CUresult sim_module_kernels(const void *module, unsigned int *count, CUkernel *kernels,
+                            unsigned int max);
 /* The function's name (0), or -1 for an invalid handle. */
 int sim_function_name(const struct CUfunc_st *f, const char **name);
 CUmodule sim_function_module(const struct CUfunc_st *f);
@@ -153,10 +170,17 @@ CUresult sim_ctx_kernels_used(struct CUctx_st *c);
 /* Resolves a stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream)
  * in the current context; `per_thread` selects what NULL means (the _ptsz/_ptds variants). */
 CUresult sim_stream(CUstream h, int per_thread, struct CUstream_st **out);
-/* Queues `duration_ns` of kernel work on a stream (or appends it to the graph it captures). */
-CUresult sim_stream_enqueue(struct CUstream_st *s, int64_t duration_ns);
+/* Queues a kernel on a stream, or adds it to the graph the stream captures; a node without a
+ * function (a graph replayed) takes the whole device. */
+CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_node *kernel);
 /* Waits until all work of a context is done (the synchronous copies' implicit wait). */
 void sim_ctx_wait(struct CUctx_st *ctx);
+
+/* ---- cu_launch.c ---- */
+/* A kernel launch's node: validated against the kernel's limits, its device time costed. */
+CUresult sim_kernel_node(struct sim_node *out, CUfunction f, const unsigned int grid[3],
+                         const unsigned int block[3], unsigned int shmem, int dev, void **params,
+                         void **extra);
 
 /* ---- cu_capture.c: capture modes ---- */
 /* Called first by every "potentially unsafe" call: CUDA_SUCCESS, or, when a capture forbids
@@ -169,6 +193,9 @@ CUresult sim_capture_check(void);
  * device's graph pool when the graph is launched). */
 CUresult sim_capture_alloc(CUdeviceptr *dptr, size_t bytes, struct CUstream_st *s);
 struct CUgraph_st *sim_new_graph(void);
+/* Adds a kernel node to a graph (a capture's); CUDA_ERROR_OUT_OF_MEMORY when it cannot. */
+CUresult sim_graph_add_kernel(struct CUgraph_st *g, const struct sim_node *kernel);
+void sim_graph_free(struct CUgraph_st *g);
 /* ---- cu_wait.c: the process's side of the shared timeline (timeline.h) ---- */
 /* Queues a kernel occupying `sms` SMs for `ns` on the stream's lane. */
 CUresult sim_tl_kernel(struct CUstream_st *s, int64_t ns, uint32_t sms);

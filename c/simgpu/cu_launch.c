@@ -88,6 +88,30 @@ static CUresult cost(const struct CUfunc_st *f, uint64_t blocks, uint64_t thread
     return CUDA_SUCCESS;
 }
 
+CUresult sim_kernel_node(struct sim_node *out, CUfunction f, const unsigned int grid[3],
+                         const unsigned int block[3], unsigned int shmem, int dev, void **params,
+                         void **extra)
+{
+    if (!f || f->magic != MAGIC_FUNC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    uint64_t blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+    uint64_t threads = (uint64_t)block[0] * block[1] * block[2], ns = 0;
+    CUresult rc = check_block(f, threads, shmem);
+    if (blocks == 0 || rc != CUDA_SUCCESS) {
+        sim_driver_log("%s: a launch of %llu blocks of %llu threads with %u bytes of dynamic "
+                       "shared memory exceeds what the kernel allows (%u threads, %d bytes)",
+                       f->info->name, (unsigned long long)blocks, (unsigned long long)threads,
+                       shmem, f->info->max_threads, f->max_dynamic_shared);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    uint64_t sms = sim_device(dev)->sms;
+    if ((rc = cost(f, blocks, threads, shmem, sms, params, extra, &ns)) != CUDA_SUCCESS)
+        return rc;
+    *out = (struct sim_node){MAGIC_NODE, NULL, NULL, (int64_t)ns, f, {grid[0], grid[1], grid[2]},
+                             {block[0], block[1], block[2]}, shmem};
+    return CUDA_SUCCESS;
+}
+
 static CUresult launch(CUfunction f, const unsigned int grid[3], const unsigned int block[3],
                        unsigned int shmem, CUstream h, int pt, void **params, void **extra)
 {
@@ -95,22 +119,15 @@ static CUresult launch(CUfunction f, const unsigned int grid[3], const unsigned 
     CUresult rc = sim_stream(h, pt, &s);
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (!f || f->magic != MAGIC_FUNC)
-        return CUDA_ERROR_INVALID_HANDLE;
-    uint64_t blocks = (uint64_t)grid[0] * grid[1] * grid[2];
-    uint64_t threads = (uint64_t)block[0] * block[1] * block[2], ns = 0;
-    if (blocks == 0 || (rc = check_block(f, threads, shmem)) != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_node node;
+    if ((rc = sim_kernel_node(&node, f, grid, block, shmem, s->ctx->dev, params, extra)) !=
+        CUDA_SUCCESS)
+        return rc;
     if ((rc = sim_ctx_kernels_used(s->ctx)) != CUDA_SUCCESS)
         return rc;
-    uint64_t sms = sim_device(s->ctx->dev)->sms;
-    if ((rc = cost(f, blocks, threads, shmem, sms, params, extra, &ns)) != CUDA_SUCCESS)
-        return rc;
-    if (s->capture)
-        return sim_stream_enqueue(s, (int64_t)ns);
     /* Blocks take SMs while they run: a kernel narrower than the device leaves room beside
      * it for kernels of the context's other streams. */
-    return sim_tl_kernel(s, (int64_t)ns, (uint32_t)(blocks < sms ? blocks : sms));
+    return sim_stream_enqueue(s, &node);
 }
 
 #define LAUNCH_ARGS                                                                           \

@@ -34,7 +34,10 @@ static int logging(void)
     return on;
 }
 
-static const struct sim_kernel_info spin_info = {(char *)"spin", 16, 0, 0, 0, 8, 1024};
+/* `spin` takes one parameter: a uint64 of nanoseconds. */
+static uint32_t spin_param_offsets[1] = {0}, spin_param_sizes[1] = {8};
+static const struct sim_kernel_info spin_info = {
+    (char *)"spin", 16, 0, 0, 0, 8, 1024, 1, spin_param_offsets, spin_param_sizes};
 
 /* The device whose code a load picks: the current context's, else device 0 (libraries are
  * context-independent). */
@@ -217,6 +220,21 @@ CUresult sim_module_global(const void *handle, const char *name, CUdeviceptr *dp
         fprintf(stderr, "hami-sim: module %p (%d globals) has no global %s\n", (void *)m,
                 m->syms.nglobals, name);
     return CUDA_ERROR_NOT_FOUND;
+}
+
+/* cuLibraryGetKernelCount (kernels == NULL) and cuLibraryEnumerateKernels. */
+CUresult sim_module_kernels(const void *handle, unsigned int *count, CUkernel *kernels,
+                            unsigned int max)
+{
+    struct CUmod_st *m = NULL;
+    CUresult rc = module_of(handle, &m);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (count)
+        *count = (unsigned int)m->syms.nkernels;
+    for (unsigned int i = 0; kernels && i < max && i < (unsigned int)m->syms.nkernels; i++)
+        kernels[i] = (CUkernel)&m->functions[i];
+    return CUDA_SUCCESS;
 }
 
 CUresult sim_module_unload(void *handle)

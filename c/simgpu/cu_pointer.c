@@ -173,3 +173,57 @@ SIM_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
     *pFlags = CU_MEMHOSTALLOC_DEVICEMAP;
     return CUDA_SUCCESS;
 }
+
+/* Managed memory never migrates in the simulator (it is device memory for its whole life), so
+ * prefetches and advice are checked and accepted, with no effect. */
+static CUresult managed_range(CUdeviceptr ptr, size_t count)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct sim_alloc a;
+    if (!count || sim_alloc_find((uintptr_t)ptr, &a) < 0 || a.kind != ALLOC_MANAGED ||
+        (uintptr_t)ptr + count > a.base + a.size)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult prefetch(CUdeviceptr ptr, size_t count, CUstream h, int pt)
+{
+    struct CUstream_st *s = NULL;
+    CUresult rc = sim_stream(h, pt, &s);
+    return rc == CUDA_SUCCESS ? managed_range(ptr, count) : rc;
+}
+
+SIM_API CUresult cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice dev, CUstream h)
+{
+    (void)dev;
+    return prefetch(ptr, count, h, 0);
+}
+SIM_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr ptr, size_t count, CUdevice dev, CUstream h)
+{
+    (void)dev;
+    return prefetch(ptr, count, h, 1);
+}
+SIM_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count, CUmemLocation where,
+                                       unsigned int flags, CUstream h)
+{
+    (void)where, (void)flags;
+    return prefetch(ptr, count, h, 0);
+}
+SIM_API CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr ptr, size_t count, CUmemLocation where,
+                                            unsigned int flags, CUstream h)
+{
+    (void)where, (void)flags;
+    return prefetch(ptr, count, h, 1);
+}
+SIM_API CUresult cuMemAdvise(CUdeviceptr ptr, size_t count, int advice, CUdevice dev)
+{
+    (void)dev;
+    return advice >= 1 && advice <= 6 ? managed_range(ptr, count) : CUDA_ERROR_INVALID_VALUE;
+}
+SIM_API CUresult cuMemAdvise_v2(CUdeviceptr ptr, size_t count, int advice, CUmemLocation where)
+{
+    (void)where;
+    return advice >= 1 && advice <= 6 ? managed_range(ptr, count) : CUDA_ERROR_INVALID_VALUE;
+}

@@ -38,23 +38,19 @@ CUresult sim_stream(CUstream h, int per_thread, struct CUstream_st **out)
     return CUDA_SUCCESS;
 }
 
-CUresult sim_stream_enqueue(struct CUstream_st *s, int64_t duration_ns)
+CUresult sim_stream_enqueue(struct CUstream_st *s, const struct sim_node *kernel)
 {
-    if (s->capture) {
-        struct CUgraph_st *g = s->capture;
-        if (g->count == g->cap) {
-            int cap = g->cap ? g->cap * 2 : 16;
-            struct sim_node *nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
-            if (!nodes)
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            g->nodes = nodes;
-            g->cap = cap;
-        }
-        g->nodes[g->count++].duration_ns = duration_ns;
-        return CUDA_SUCCESS;
+    if (s->capture)
+        return sim_graph_add_kernel(s->capture, kernel);
+    /* A replayed node is queued by its recorded shape; one without a function takes the whole
+     * device. */
+    uint32_t sms = sim_device(s->ctx->dev)->sms;
+    if (kernel->func) {
+        uint64_t blocks = (uint64_t)kernel->grid[0] * kernel->grid[1] * kernel->grid[2];
+        if (blocks < sms)
+            sms = (uint32_t)blocks;
     }
-    /* A graph's kernels were captured without their grid: each takes the whole device. */
-    return sim_tl_kernel(s, duration_ns, sim_device(s->ctx->dev)->sms);
+    return sim_tl_kernel(s, kernel->duration_ns, sms);
 }
 
 void sim_ctx_wait(struct CUctx_st *ctx) { sim_tl_sync_ctx(ctx, sim_ctx_spins(ctx)); }

@@ -1,13 +1,19 @@
-/* Virtual memory management and arrays.
+/* Virtual memory management.
  *
  * cuMemCreate takes physical memory (counted against the device) as a sparse memfd;
  * cuMemAddressReserve reserves PROT_NONE address space; cuMemMap maps the memfd there and
  * cuMemSetAccess opens it, so mapped memory works with memcpy. A handle's memory returns to
- * the device when it is released and no longer mapped, as on a real driver. */
+ * the device when its last reference is released and it is no longer mapped, as on a real
+ * driver. Memory created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR exports as a file
+ * descriptor (the memfd itself) that another process imports: the same pages, counted once,
+ * against the process that created them. */
 #define _GNU_SOURCE
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cu_internal.h"
@@ -20,8 +26,12 @@ struct sim_phys {
     size_t size;
     int fd;
     int maps;
-    int released;
+    int refs;       /* cuMemCreate / import and cuMemRetainAllocationHandle take one */
+    int imported;   /* memory another process created: not charged here */
+    unsigned int handle_types;
 };
+
+#define MEMFD_PREFIX "hami-sim-vmm-dev"
 
 struct mapping {
     uintptr_t base;
@@ -66,7 +76,9 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    p->fd = memfd_create("hami-sim-vmm", MFD_CLOEXEC);
+    char name[32];
+    snprintf(name, sizeof name, MEMFD_PREFIX "%d", prop->location.id);
+    p->fd = memfd_create(name, MFD_CLOEXEC);
     if (p->fd < 0 || ftruncate(p->fd, (off_t)size) < 0) {
         if (p->fd >= 0)
             close(p->fd);
@@ -77,16 +89,19 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     p->magic = MAGIC_PHYS;
     p->dev = prop->location.id;
     p->size = size;
+    p->refs = 1;
+    p->handle_types = prop->requestedHandleTypes;
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
 
 static void destroy_if_unused_locked(struct sim_phys *p)
 {
-    if (!p->released || p->maps > 0)
+    if (p->refs > 0 || p->maps > 0)
         return;
     close(p->fd);
-    sim_uncharge(p->dev, p->size);
+    if (!p->imported)
+        sim_uncharge(p->dev, p->size);
     p->magic = MAGIC_DEAD;
     free(p);
 }
@@ -97,10 +112,12 @@ SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     CUresult rc = sim_cu_ready();
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (!p || p->magic != MAGIC_PHYS || p->released)
-        return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&vmm_lock);
-    p->released = 1;
+    if (!p || p->magic != MAGIC_PHYS || p->refs <= 0) {
+        pthread_mutex_unlock(&vmm_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    p->refs--;
     destroy_if_unused_locked(p);
     pthread_mutex_unlock(&vmm_lock);
     return CUDA_SUCCESS;
@@ -210,4 +227,134 @@ SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
     }
     return mprotect((void *)(uintptr_t)ptr, size, prot) == 0 ? CUDA_SUCCESS
                                                             : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The handle whose memory is mapped at `addr`, or NULL; caller holds vmm_lock. */
+static struct mapping *mapping_at_locked(uintptr_t addr)
+{
+    for (int i = 0; i < MAX_MAPPINGS; i++)
+        if (mappings[i].base && addr >= mappings[i].base &&
+            addr < mappings[i].base + mappings[i].size)
+            return &mappings[i];
+    return NULL;
+}
+
+SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!handle || !addr)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    struct mapping *m = mapping_at_locked((uintptr_t)addr);
+    if (m) {
+        m->phys->refs++;
+        *handle = (CUmemGenericAllocationHandle)(uintptr_t)m->phys;
+    }
+    pthread_mutex_unlock(&vmm_lock);
+    return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
+                                                        CUmemGenericAllocationHandle handle)
+{
+    struct sim_phys *p = (struct sim_phys *)(uintptr_t)handle;
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!prop || !p || p->magic != MAGIC_PHYS)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(prop, 0, sizeof *prop);
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->requestedHandleTypes = (CUmemAllocationHandleType)p->handle_types;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = p->dev;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
+                                CUdeviceptr ptr)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&vmm_lock);
+    struct mapping *m = mapping_at_locked((uintptr_t)ptr);
+    int dev = m ? m->phys->dev : -1;
+    pthread_mutex_unlock(&vmm_lock);
+    if (!m)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* access is per device: a simulated device reaches only its own memory */
+    *flags = location->id == dev ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemExportToShareableHandle(void *shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags)
+{
+    struct sim_phys *p = (struct sim_phys *)(uintptr_t)handle;
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!shareableHandle || !p || p->magic != MAGIC_PHYS || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* only the types the memory was created for; file descriptors are the one modelled */
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(p->handle_types & handleType))
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *(int *)shareableHandle = fd;
+    return CUDA_SUCCESS;
+}
+
+/* The device whose memory a descriptor holds: the memfd's name says it. */
+static int imported_device(int fd)
+{
+    char link[64], target[128];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return -1;
+    target[n] = '\0';
+    const char *at = strstr(target, MEMFD_PREFIX);
+    return at ? atoi(at + strlen(MEMFD_PREFIX)) : -1;
+}
+
+SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                void *osHandle,
+                                                CUmemAllocationHandleType shHandleType)
+{
+    CUresult rc = sim_cu_ready();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    int fd = (int)(intptr_t)osHandle;
+    struct stat st;
+    if (!handle || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+        fstat(fd, &st) < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    int dev = imported_device(fd);
+    if (dev < 0 || dev >= sim_device_count() || st.st_size <= 0)
+        return CUDA_ERROR_INVALID_VALUE; /* not memory of a simulated device */
+    struct sim_phys *p = calloc(1, sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (p->fd < 0) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    p->magic = MAGIC_PHYS;
+    p->dev = dev;
+    p->size = (size_t)st.st_size;
+    p->refs = 1;
+    p->imported = 1;
+    p->handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    return CUDA_SUCCESS;
 }

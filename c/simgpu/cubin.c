@@ -48,16 +48,23 @@ static const char *section_name(const struct elf *e, uint16_t i)
     return e->section_names + e->sections[i].name;
 }
 
-/* The size of the section called `<prefix><kernel>`, or 0. */
-static uint64_t section_size(const struct elf *e, const char *prefix, const char *kernel)
+/* The section called `<prefix><kernel>`, or NULL. */
+static const struct elf_section *find_section(const struct elf *e, const char *prefix,
+                                              const char *kernel)
 {
     size_t plen = strlen(prefix);
     for (uint16_t i = 0; i < e->count; i++) {
         const char *n = section_name(e, i);
         if (strncmp(n, prefix, plen) == 0 && strcmp(n + plen, kernel) == 0)
-            return e->sections[i].size;
+            return &e->sections[i];
     }
-    return 0;
+    return NULL;
+}
+
+static uint64_t section_size(const struct elf *e, const char *prefix, const char *kernel)
+{
+    const struct elf_section *s = find_section(e, prefix, kernel);
+    return s ? s->size : 0;
 }
 
 static int open_elf(const uint8_t *bytes, size_t size, struct elf *e, char *err, size_t errlen)
@@ -91,6 +98,67 @@ static int open_elf(const uint8_t *bytes, size_t size, struct elf *e, char *err,
     return 0;
 }
 
+/* A kernel's `.nv.info.<name>` section: entries of {u8 format, u8 attribute, u16 value or
+ * size}; format 4 entries carry `size` bytes after the header. EIATTR_KPARAM_INFO (0x17)
+ * describes one parameter: {u32 index, u16 ordinal, u16 offset, u32 with the size in bits
+ * 18-31}; EIATTR_MAX_THREADS (0x05) the x, y, z bounds of __launch_bounds__. */
+#define EIFMT_SVAL 4
+#define EIATTR_MAX_THREADS 0x05
+#define EIATTR_KPARAM_INFO 0x17
+
+static int add_param(struct sim_kernel_info *k, uint16_t ordinal, uint16_t offset, uint32_t size)
+{
+    if (ordinal >= 4096)
+        return 0;
+    if (ordinal >= k->nparams) {
+        uint32_t n = ordinal + 1u;
+        uint32_t *o = realloc(k->param_offsets, n * sizeof *o);
+        if (!o)
+            return -1;
+        k->param_offsets = o;
+        uint32_t *z = realloc(k->param_sizes, n * sizeof *z);
+        if (!z)
+            return -1;
+        k->param_sizes = z;
+        for (uint32_t i = k->nparams; i < n; i++)
+            k->param_offsets[i] = k->param_sizes[i] = 0;
+        k->nparams = n;
+    }
+    k->param_offsets[ordinal] = offset;
+    k->param_sizes[ordinal] = size;
+    return 0;
+}
+
+static int read_info(struct sim_kernel_info *k, const uint8_t *p, uint64_t size)
+{
+    for (uint64_t at = 0; at + 4 <= size;) {
+        uint8_t format = p[at], attr = p[at + 1];
+        uint16_t value;
+        memcpy(&value, p + at + 2, 2);
+        uint64_t len = format == EIFMT_SVAL ? value : 0;
+        if (at + 4 + len > size)
+            break;
+        const uint8_t *v = p + at + 4;
+        if (format == EIFMT_SVAL && attr == EIATTR_KPARAM_INFO && len >= 12) {
+            uint16_t ordinal, offset;
+            uint32_t packed;
+            memcpy(&ordinal, v + 4, 2);
+            memcpy(&offset, v + 6, 2);
+            memcpy(&packed, v + 8, 4);
+            if (add_param(k, ordinal, offset, (packed >> 18) & 0x3fff) < 0)
+                return -1;
+        } else if (format == EIFMT_SVAL && attr == EIATTR_MAX_THREADS && len >= 12) {
+            uint32_t dims[3];
+            memcpy(dims, v, sizeof dims);
+            uint64_t bound = (uint64_t)dims[0] * (dims[1] ? dims[1] : 1) * (dims[2] ? dims[2] : 1);
+            if (bound && bound < k->max_threads)
+                k->max_threads = (uint32_t)bound;
+        }
+        at += 4 + len;
+    }
+    return 0;
+}
+
 static uint32_t max_threads_for(uint32_t regs)
 {
     /* registers are given out per warp in units of 256 from a 64 Ki file per block */
@@ -118,6 +186,9 @@ static int add_kernel(struct sim_symbols *out, const struct elf *e, const char *
     k->shared_bytes = (uint32_t)section_size(e, ".nv.shared.", name);
     k->param_bytes = (uint32_t)section_size(e, ".nv.constant0.", name);
     k->max_threads = max_threads_for(k->regs);
+    const struct elf_section *info = find_section(e, ".nv.info.", name);
+    if (info && info->offset <= e->size && info->size <= e->size - info->offset)
+        return read_info(k, e->bytes + info->offset, info->size);
     return 0;
 }
 

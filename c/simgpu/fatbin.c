@@ -224,8 +224,11 @@ int sim_code_symbols(const struct sim_code *code, struct sim_symbols *out, char 
 
 void sim_symbols_free(struct sim_symbols *s)
 {
-    for (int i = 0; i < s->nkernels; i++)
+    for (int i = 0; i < s->nkernels; i++) {
         free(s->kernels[i].name);
+        free(s->kernels[i].param_offsets);
+        free(s->kernels[i].param_sizes);
+    }
     for (int i = 0; i < s->nglobals; i++)
         free(s->globals[i].name);
     free(s->kernels);

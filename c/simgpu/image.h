@@ -42,6 +42,8 @@ struct sim_kernel_info {
     uint32_t local_bytes;   /* local memory per thread */
     uint32_t param_bytes;   /* parameter space */
     uint32_t max_threads;   /* largest block it can be launched with */
+    uint32_t nparams;       /* parameters, from the cubin's .nv.info.<name> */
+    uint32_t *param_offsets, *param_sizes; /* owned, by ordinal */
 };
 
 struct sim_global_info {

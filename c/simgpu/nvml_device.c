@@ -224,7 +224,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, nvmlPciInfo_t *pci)
         return rc;
     memset(pci, 0, sizeof *pci);
     pci->bus = d->pci_bus;
-    pci->pciDeviceId = 0x20b010de; /* device id << 16 | NVIDIA's vendor id */
+    pci->pciDeviceId = sim_model_of(d->name)->pci_device_id << 16 | 0x10de; /* NVIDIA's vendor id */
     pci->pciSubSystemId = 0x134f10de;
     snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", d->pci_bus);
     snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", d->pci_bus);

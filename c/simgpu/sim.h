@@ -45,6 +45,15 @@ struct sim_config {
  * SIM_CUDA_DRIVER_VERSION. */
 int sim_driver_version(void);
 
+/* A GPU product (models.c), found by a substring of the device name. */
+struct sim_model {
+    const char *key;
+    int cc_major, cc_minor;
+    int clock_khz, memory_clock_khz, bus_width_bits, l2_bytes;
+    unsigned int pci_device_id;
+};
+const struct sim_model *sim_model_of(const char *name);
+
 /* Parses HAMI_SIM_GPUS text; on failure returns -1 with one line naming the bad part. */
 int sim_config_parse(const char *text, struct sim_config *out, char *err, size_t errlen);
 /* "16g", "512m", "1073741824" (binary multiples); 0 when malformed. */

@@ -70,13 +70,18 @@ struct CUevent_st {
     uint64_t seq;
 };
 
+/* Kernels that wait for as long as their argument says, as they do on a real GPU: the
+ * simulator's test kernel `spin(u64 ns)` and PyTorch's torch.cuda._sleep kernel
+ * (at::cuda::<anonymous>::spin_kernel(long cycles), cycles at the device's clock). */
+enum { SIM_SPIN_NONE = 0, SIM_SPIN_NS = 1, SIM_SPIN_CYCLES = 2 };
+
 /* A kernel of a loaded module (cu_module.c); serves as CUfunction and as CUkernel. */
 struct sim_kernel_info;
 struct CUfunc_st {
     uint32_t magic;
     struct CUmod_st *module;
     const struct sim_kernel_info *info;
-    int spin;               /* the simulator's test kernel: its duration is its argument */
+    int spin;               /* SIM_SPIN_*: a kernel whose duration is its argument */
     int max_dynamic_shared; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
     int carveout;           /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
     int cache_config;

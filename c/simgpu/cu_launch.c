@@ -65,17 +65,19 @@ static CUresult check_block(const struct CUfunc_st *f, uint64_t threads, unsigne
     return CUDA_SUCCESS;
 }
 
-/* A kernel's device time and the SMs it occupies. `spin` occupies min(blocks, SMs) SMs for
- * ns * ceil(blocks / SMs); any other kernel runs ceil(blocks / (SMs x resident blocks))
- * waves of HAMI_SIM_WAVE_NS. */
+/* A kernel's device time. `spin` takes ns * ceil(blocks / SMs) (PyTorch's sleep kernel the
+ * same with its cycles at the device's clock); any other kernel runs
+ * ceil(blocks / (SMs x resident blocks)) waves of HAMI_SIM_WAVE_NS. */
 static CUresult cost(const struct CUfunc_st *f, uint64_t blocks, uint64_t threads,
-                     unsigned int shmem, uint64_t sms, void **params, void **extra,
-                     uint64_t *ns_out)
+                     unsigned int shmem, uint64_t sms, int clock_khz, void **params,
+                     void **extra, uint64_t *ns_out)
 {
     uint64_t ns = 0, waves;
     if (f->spin) {
         if (spin_ns(params, extra, &ns) != CUDA_SUCCESS)
             return CUDA_ERROR_INVALID_VALUE;
+        if (f->spin == SIM_SPIN_CYCLES) /* clock cycles at the device's clock (kHz) */
+            ns = (int64_t)ns <= 0 ? 0 : (uint64_t)((double)(int64_t)ns * 1e6 / clock_khz);
         waves = (blocks + sms - 1) / sms;
     } else {
         uint64_t per_wave = sms * blocks_per_sm(f, threads, shmem);
@@ -105,7 +107,9 @@ CUresult sim_kernel_node(struct sim_node *out, CUfunction f, const unsigned int 
         return CUDA_ERROR_INVALID_VALUE;
     }
     uint64_t sms = sim_device(dev)->sms;
-    if ((rc = cost(f, blocks, threads, shmem, sms, params, extra, &ns)) != CUDA_SUCCESS)
+    int clock_khz = sim_device_attribute(sim_device(dev), CU_DEVICE_ATTRIBUTE_CLOCK_RATE);
+    if ((rc = cost(f, blocks, threads, shmem, sms, clock_khz, params, extra, &ns)) !=
+        CUDA_SUCCESS)
         return rc;
     *out = (struct sim_node){MAGIC_NODE, NULL, NULL, (int64_t)ns, f, {grid[0], grid[1], grid[2]},
                              {block[0], block[1], block[2]}, shmem};

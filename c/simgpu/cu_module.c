@@ -112,6 +112,18 @@ CUresult sim_module_from_wrapper(CUmodule *module, const void *wrapper)
     return sim_module_from_image(module, wrapper);
 }
 
+static int spin_kind(const char *name)
+{
+    static const char sleep_prefix[] = "_ZN2at4cuda", sleep_suffix[] = "11spin_kernelEl";
+    size_t n = strlen(name), suffix = sizeof sleep_suffix - 1;
+    if (strcmp(name, "spin") == 0)
+        return SIM_SPIN_NS;
+    if (strncmp(name, sleep_prefix, sizeof sleep_prefix - 1) == 0 && n > suffix &&
+        strcmp(name + n - suffix, sleep_suffix) == 0)
+        return SIM_SPIN_CYCLES;
+    return SIM_SPIN_NONE;
+}
+
 /* Lists the module's kernels on first use; CUDA_SUCCESS or why the code cannot be read. */
 static CUresult list(struct CUmod_st *m)
 {
@@ -139,7 +151,7 @@ static CUresult list(struct CUmod_st *m)
             f->magic = MAGIC_FUNC;
             f->module = m;
             f->info = m->code.kind == SIM_CODE_TEST ? &spin_info : &m->syms.kernels[i];
-            f->spin = strcmp(f->info->name, "spin") == 0;
+            f->spin = spin_kind(f->info->name);
             f->max_dynamic_shared = 48 * 1024 - (int)f->info->shared_bytes;
             f->carveout = -1;
         }

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from conftest import child
+
 WARMUP_S = 12.0  # CUDA and cuBLAS start-up, the graph's capture, then settling
 WINDOW_S = 4.0
 
@@ -71,10 +73,10 @@ print(json.dumps(out), flush=True)
 
 
 @pytest.fixture
-def container(real_gpu_env, libvgpu, tmp_path):
+def container(gpu_env, libvgpu, tmp_path):
     """The environment of a container: the shim preloaded, its own shared file, a limit."""
     def make(name, sm_limit=None):
-        env = dict(real_gpu_env, LD_PRELOAD=str(libvgpu),
+        env = dict(gpu_env, LD_PRELOAD=str(libvgpu),
                    CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / f"{name}.cache"))
         if sm_limit is not None:
             env["CUDA_DEVICE_SM_LIMIT"] = str(sm_limit)
@@ -94,20 +96,19 @@ def phases(names, begin):
 
 def run_together(envs, names):
     """Starts one child per environment at once; their measured rates, in order."""
-    pytest.importorskip("torch")
     begin = time.monotonic()
-    children = [subprocess.Popen([sys.executable, "-c", LOOP],
+    children = [subprocess.Popen(child(env, "-c", LOOP),
                                  env=dict(env, PHASES=phases(names, begin)),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for env in envs]
     try:
-        outs = [child.communicate(timeout=300) for child in children]
+        outs = [kid.communicate(timeout=300) for kid in children]
     finally:
-        for child in children:
-            child.kill()
-            child.wait()
-    for child, (out, err) in zip(children, outs):
-        assert child.returncode == 0, err[-3000:]
+        for kid in children:
+            kid.kill()
+            kid.wait()
+    for kid, (out, err) in zip(children, outs):
+        assert kid.returncode == 0, err[-3000:]
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
 
 

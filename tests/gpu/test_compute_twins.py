@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import child
+
 from test_compute_pytorch import container  # noqa: F401 (the fixture: shim, file, limit)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,8 +79,7 @@ print(json.dumps(out), flush=True)
 
 def run(envs, mode, seconds=4.0):
     """One child per environment, started together; their JSON results."""
-    pytest.importorskip("torch")
-    kids = [subprocess.Popen([sys.executable, "-c", CHILD, mode, str(seconds)], env=env,
+    kids = [subprocess.Popen(child(env, "-c", CHILD, mode, str(seconds)), env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for env in envs]
     outs = [k.communicate(timeout=180) for k in kids]
@@ -102,8 +103,8 @@ def test_20us_kernel_and_sync_loop_at_50_percent(container, record_property):
     assert limited["share"] >= min(free["share"], 0.5) * 0.8, (free, limited)
 
 
-def test_6000_shapes_at_limit_99_cost_at_most_1_5x(container, real_gpu_env, record_property):
-    (bare,) = run([real_gpu_env], "shapes")
+def test_6000_shapes_at_limit_99_cost_at_most_1_5x(container, gpu_env, record_property):
+    (bare,) = run([gpu_env], "shapes")
     (shim,) = run([container("shapes", 99)], "shapes")
     ratio = shim["us_per_launch"] / bare["us_per_launch"]
     record_property("shapes_us_per_launch_bare", round(bare["us_per_launch"], 2))
@@ -126,8 +127,8 @@ def test_ten_ninety_split_charged_against_isolated_time(container, tmp_path, rec
         assert abs(pct - 100 * got["share"]) <= 0.1 * 100 * got["share"] + 1, (got, pct)
 
 
-def test_event_record_and_query_cost_on_the_device(real_gpu_env, record_property):
-    (got,) = run([real_gpu_env], "events")
+def test_event_record_and_query_cost_on_the_device(gpu_env, record_property):
+    (got,) = run([gpu_env], "events")
     record_property("event_record_ns", round(got["record_ns"]))
     record_property("event_query_ns", round(got["query_ns"]))
     assert got["record_ns"] < 20000 and got["query_ns"] < 20000, got

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from conftest import child
+
 MiB = 1 << 20
 
 # Child helpers: this process's figure as the driver counts it (NVML, matched by PID: under
@@ -47,24 +49,23 @@ def driver_api():
 
 
 def run_child(script, env, timeout=120):
-    done = subprocess.run([sys.executable, "-c", HELPERS + script], env=env,
+    done = subprocess.run(child(env, "-c", HELPERS + script), env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture
-def capped(real_gpu_env, libvgpu, tmp_path):
+def capped(gpu_env, libvgpu, tmp_path):
     """Environment factory: the shim preloaded with a limit and a private cache file."""
     def make(limit="1g", **extra):
-        return dict(real_gpu_env, LD_PRELOAD=str(libvgpu), CUDA_DEVICE_MEMORY_LIMIT=limit,
+        return dict(gpu_env, LD_PRELOAD=str(libvgpu), CUDA_DEVICE_MEMORY_LIMIT=limit,
                     CUDA_DEVICE_MEMORY_SHARED_CACHE=str(tmp_path / f"vgpu-{limit}.cache"),
                     **extra)
     return make
 
 
 def test_ledger_matches_nvml_after_pytorch_start_and_a_matmul(capped, record_property):
-    pytest.importorskip("torch")
     got = run_child(r'''
 import torch
 a = torch.randn(2048, 2048, device="cuda")
@@ -83,7 +84,6 @@ say(driver=driver_count(), ledger=total - free, nvml_used=ledger(), total=total,
 
 
 def test_fill_to_oom_stays_within_the_cap_by_nvml(capped, record_property):
-    pytest.importorskip("torch")
     got = run_child(r'''
 import torch
 torch.cuda.init()
@@ -103,7 +103,6 @@ say(driver=driver_count(), held=len(held) * 64 * MiB, ledger=ledger(), message=m
 
 
 def test_vmm_create_map_release_then_a_refused_allocation(capped, record_property):
-    pytest.importorskip("cuda.bindings")
     got = run_child(r'''
 cu, ok = driver_api()
 prop = cu.CUmemAllocationProp()
@@ -172,11 +171,10 @@ say(error=error, replayed=replayed, other=sorted(set(seen)), driver=driver_count
 
 @pytest.mark.parametrize("allocator", ["native", "cudaMallocAsync"])
 @pytest.mark.parametrize("mode", ["global", "thread_local", "relaxed"])
-def test_graph_capture_under_the_shim(capped, real_gpu_env, record_property, mode, allocator):
-    pytest.importorskip("torch")
+def test_graph_capture_under_the_shim(capped, gpu_env, record_property, mode, allocator):
     conf = {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"} if allocator != "native" else {}
     # The same capture without the shim first: the shim must change nothing about it.
-    plain = run_child(CAPTURE, dict(real_gpu_env, MODE=mode, **conf))
+    plain = run_child(CAPTURE, dict(gpu_env, MODE=mode, **conf))
     shimmed = run_child(CAPTURE, capped("8g", MODE=mode, **conf))
     for key, value in shimmed.items():
         record_property(key, value)
@@ -187,7 +185,6 @@ def test_graph_capture_under_the_shim(capped, real_gpu_env, record_property, mod
 
 
 def test_a_refused_malloc_async_leaves_the_ledger_within_the_cap(capped, record_property):
-    pytest.importorskip("cuda.bindings")
     got = run_child(r'''
 cu, ok = driver_api()
 s = ok(cu.cuStreamCreate(0))
@@ -204,7 +201,6 @@ say(refused=err.name, ledger=ledger(), driver=driver_count(), before=base)
 
 
 def test_fork_after_start_up_keeps_the_ledger(capped, record_property):
-    pytest.importorskip("torch")
     got = run_child(r'''
 import torch
 a = torch.empty(100 * MiB, dtype=torch.uint8, device="cuda")

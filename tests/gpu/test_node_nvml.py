@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+
+from conftest import child
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,10 +32,10 @@ print(json.dumps({
 '''
 
 
-def test_nvml_backend_on_the_real_driver(real_gpu_env):
-    env = dict(real_gpu_env, PYTHONPATH=os.pathsep.join(
-        [str(ROOT)] + [p for p in real_gpu_env.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+def test_nvml_backend_on_the_real_driver(gpu_env):
+    env = dict(gpu_env, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in gpu_env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    done = subprocess.run(child(env, "-c", CHILD), env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+from conftest import child
+
 SMOKE = r'''
 import json
 import pynvml
@@ -43,8 +45,8 @@ print(json.dumps(dict(count=count, name=name, total=total, total_ctx=total_ctx,
 '''
 
 
-def test_real_driver_smoke(real_gpu_env):
-    result = subprocess.run([sys.executable, "-c", SMOKE], env=real_gpu_env,
+def test_real_driver_smoke(gpu_env):
+    result = subprocess.run(child(gpu_env, "-c", SMOKE), env=gpu_env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)

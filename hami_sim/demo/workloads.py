@@ -7,6 +7,7 @@ the simulated driver and, unchanged, in a container on a real GPU:
     compute  keep the GPU busy with a spin kernel for a while; report the share of wall time
              its kernels took (what `nvidia.com/gpucores` should hold it to)
     info     report the device the container sees (name, memory, SMs)
+    hold     hold some device memory until stopped (a pod to `kubectl exec` into)
 
 Each prints human lines, then one JSON line `{"hami-demo": {...}}` that the demo reads.
 The spin kernel is PTX that busy-waits on %globaltimer for its nanoseconds parameter; the
@@ -155,6 +156,21 @@ def info() -> dict:
     return result
 
 
+def hold(mib: int, ready_file: str) -> None:
+    """Allocates mib of device memory, says so (then touches ready_file, if given) and keeps
+    it until the process is stopped."""
+    from cuda.bindings import driver as cu
+    ctx, dev = _context()
+    info = _device_info(dev)
+    cuda_ok(cu.cuMemAlloc(mib * MIB))
+    print(f"device: {info['name']}, the container sees {info['total_mib']} MiB; holding "
+          f"{mib} MiB until stopped", flush=True)
+    if ready_file:
+        open(ready_file, "w").close()
+    while True:
+        time.sleep(3600)
+
+
 def main(argv=None) -> int:
     """Runs one workload and prints its JSON result line."""
     p = argparse.ArgumentParser(prog="python3 -m hami_sim.demo.workloads", description=__doc__,
@@ -168,8 +184,14 @@ def main(argv=None) -> int:
     c.add_argument("--in-flight", type=int, default=3)
     c.add_argument("--hold-mib", type=int, default=512, help="device memory to hold meanwhile")
     sub.add_parser("info", help="show the visible device")
+    h = sub.add_parser("hold", help="hold device memory until stopped")
+    h.add_argument("--mib", type=int, default=512)
+    h.add_argument("--ready-file", default="", help="touched once the memory is held")
     args = p.parse_args(argv)
     try:
+        if args.mode == "hold":
+            hold(args.mib, args.ready_file)       # until the process is stopped
+            return 0
         if args.mode == "oom":
             result = oom(args.chunk_mib)
         elif args.mode == "compute":

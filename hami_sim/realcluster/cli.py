@@ -11,23 +11,43 @@ from hami_sim.demo.cli import EXIT_BROKEN, signals_deferred
 from hami_sim.demo.cluster_cli import watch_until_broken
 
 
+def hint_commands(cluster, kubeconfig: Path) -> list:
+    """The commands the hints suggest, each runnable as printed from the checkout's folder
+    (tests/k8s runs every one of them): a GPU pod's output, a look inside a running GPU
+    container, and in the installed mode the agents' logs and the dashboard."""
+    k = f"{cluster.bins['kubectl']} --kubeconfig {kubeconfig}"
+    commands = [
+        f"{k} get nodes -o wide",
+        f"{k} apply -f examples/01-gpumem-oom.yaml",
+        f"{k} wait --for=jsonpath='{{.status.phase}}'=Succeeded pod/gpumem-oom --timeout=120s",
+        f"{k} get pods -o wide",
+        f"{k} describe pod gpumem-oom     # events, annotations",
+        f"{k} logs gpumem-oom",
+        f"{k} apply -f examples/interactive/gpu-hold.yaml",
+        f"{k} wait --for=condition=Ready pod/gpu-hold --timeout=120s",
+        f"{k} exec gpu-hold -- hami-smi     # its memory cap and use, its compute limit",
+    ]
+    if cluster.installed:
+        from hami_sim.realcluster.installed import DASHBOARD_PORT, NAMESPACE
+        commands += [
+            f"{k} -n {NAMESPACE} logs ds/hami-node",
+            f"{k} -n {NAMESPACE} logs deploy/hami-control -c hami-control",
+            f"{k} -n {NAMESPACE} port-forward deploy/hami-control {DASHBOARD_PORT}"
+            f"     # dashboard: http://127.0.0.1:{DASHBOARD_PORT}/ until Ctrl-C"]
+    return commands + [f"{k} delete pod gpumem-oom gpu-hold"]
+
+
 def hints(cluster, kubeconfig: Path) -> str:
     """How to use the cluster."""
-    kubectl = cluster.bins["kubectl"]
-    agent_log = f"{cluster.pod_logs}/hami-system_hami-node-*/hami-node/" if cluster.installed \
-        else cluster.node.agent_log
+    agent = "" if cluster.installed else f" (hami-node: {cluster.node.agent_log})"
+    commands = "\n".join(f"  {c}" for c in hint_commands(cluster, kubeconfig))
     return f"""
 kubeconfig (admin): {kubeconfig}
-kubectl: {kubectl}
+kubectl: {cluster.bins['kubectl']}
 
-  {kubectl} --kubeconfig {kubeconfig} get nodes -o wide
-  {kubectl} --kubeconfig {kubeconfig} apply -f examples/01-gpumem-oom.yaml
-  {kubectl} --kubeconfig {kubeconfig} get pods -o wide
-  {kubectl} --kubeconfig {kubeconfig} describe pod gpumem-oom     # events, annotations
-  {kubectl} --kubeconfig {kubeconfig} logs gpumem-oom
+{commands}
 
-Component logs: {cluster.logs}/   hami-node: {agent_log}
-Container output: {cluster.pod_logs}/<namespace>_<pod>_<uid>/<container>/0.log
+Component logs: {cluster.logs}/{agent}
 Ctrl-C stops everything (containers included).
 """
 
@@ -39,7 +59,7 @@ def serve_real(args, examples, reporter) -> int:
     from hami_sim.dashboard_launch import dashboard_args, dashboard_url, write_node_metrics
     cluster = RealCluster(workdir=args.workdir, step=reporter.step, keep=bool(args.workdir),
                           install=args.install)
-    if not cluster.installed:  # the chart's dashboard is off by default, as in deploy/
+    if not cluster.installed:  # installed: the chart's dashboard (installed.values), forwarded
         cluster.control_args += dashboard_args(cluster.root)      # the dashboard is on here
     try:
         how = "helm install of charts/hami-py" if cluster.installed else "hami-control, hami-node"

@@ -98,6 +98,8 @@ class RealCluster(Startable):
         self._api_client = None
         self._machine_lock = None
         self.control_args: list = []             # more hami-control flags (benchmarks)
+        # The node's InternalIP: kubelet registers it, the API server reaches kubelet there.
+        self.node_ip = host_ip()
 
     @property
     def installed(self) -> bool:
@@ -147,7 +149,7 @@ class RealCluster(Startable):
         self.root.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self._start_watchdog()
-        self.pki = make_pki(self.root / "pki", self.spec.name)
+        self.pki = make_pki(self.root / "pki", self.spec.name, self.node_ip)
         control_plane.start(self)
         if not self.scheduling_only:
             node.start(self)

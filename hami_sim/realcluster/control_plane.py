@@ -78,6 +78,11 @@ def start_apiserver(c) -> None:
         f"--service-cluster-ip-range={SERVICE_RANGE}", "--allow-privileged=true",
         f"--kubelet-client-certificate={p.crt('apiserver-kubelet-client')}",
         f"--kubelet-client-key={p.key('apiserver-kubelet-client')}",
+        # kubelet is reached at the node's InternalIP (as kubeadm configures it; the default
+        # tries the node's hostname first, which nothing resolves here) and its serving
+        # certificate is verified against the cluster's CA.
+        "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+        f"--kubelet-certificate-authority={p.ca}",
         "--profiling=false", "--v=1", *webhook_routing(c)])
     c.write_kubeconfig(c.kubeconfig, client_cert=str(p.crt("admin")),
                        client_key=str(p.key("admin")))

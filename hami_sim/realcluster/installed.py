@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from hami_common import constants as C
-from hami_sim.demo.cluster import ClusterError, tail
+from hami_sim.demo.cluster import ClusterError
 from hami_sim.realcluster.cluster import wait_for
 from hami_sim.realcluster.components import versions
 from hami_sim.realcluster.images import (BULLSEYE_IMAGE, SCHEDULER_IMAGE, rootfs_archive,
@@ -26,6 +26,7 @@ CHART = REPO / "charts" / "hami-py"
 RELEASE, NAMESPACE = "hami", "hami-system"
 NODE_LABEL = ("gpu", "on")              # the chart's default devicePlugin.nodeSelector
 INSTALL_TIMEOUT_S = 180.0
+DASHBOARD_PORT = 9445                   # the chart's control.dashboard.port
 
 
 def scheduler_image() -> str:
@@ -71,10 +72,12 @@ def start_service_proxy(c, service_range: str) -> None:
 def values(c) -> dict:
     """The chart's values for the one-machine cluster: small requests (three hami-control
     pods fit during a rolling update), the node's split count, the simulated node's shim
-    folder, kube-scheduler's local image, no /dev/nvidia* device specs (none exist here)."""
+    folder, kube-scheduler's local image, no /dev/nvidia* device specs (none exist here), the
+    dashboard on (reached with `kubectl port-forward`, as the README shows)."""
     small = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}
     return {
-        "control": {"replicas": 2, "resources": small},
+        "control": {"replicas": 2, "resources": small,
+                    "dashboard": {"enabled": True, "port": DASHBOARD_PORT}},
         "kubeScheduler": {"image": scheduler_image(),
                           "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}},
         "devicePlugin": {"deviceSplitCount": c.spec.split, "passDeviceSpecs": False,
@@ -192,7 +195,7 @@ def restarts(c) -> list:
                              f"{s['restartCount']} time(s), last ended {last.get('reason')} "
                              f"(exit {last.get('exitCode')}) at {last.get('finishedAt')}; "
                              f"its output ended:\n"
-                             f"{last_output(c, pod, s['name'], 5, s['restartCount'] - 1)}")
+                             f"{last_output(c, pod, s['name'], 5, previous=True)}")
     return found
 
 
@@ -215,12 +218,9 @@ STUCK = ("CrashLoopBackOff", "CreateContainerError", "ErrImageNeverPull", "Image
          "CreateContainerConfigError", "RunContainerError")
 
 
-def last_output(c, pod: dict, container: str, lines: int = 15, run=None) -> str:
-    """The end of a container's CRI log file (kubelet's podLogsDir) of one run (its restart
-    count then), by default the newest."""
-    meta = pod["metadata"]
-    folder = c.pod_logs / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / container
-    logs = [folder / f"{run}.log"] if run is not None else \
-        sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime)
-    logs = [p for p in logs if p.exists()]
-    return tail(logs[-1], lines) if logs else "(none)"
+def last_output(c, pod: dict, container: str, lines: int = 15, previous: bool = False) -> str:
+    """The end of a container's output (the logs API: the last run, or the one before the
+    last restart)."""
+    from hami_sim.realcluster.scenario import container_log
+    text = container_log(c.core_v1, pod, container, previous)
+    return "\n".join(text.splitlines()[-lines:]) if text.strip() else "(none)"

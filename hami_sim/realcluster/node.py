@@ -3,6 +3,7 @@ bridge), the local images, kubelet (cgroupfs, cgroup v1 accepted), then hami-nod
 deploy/'s ServiceAccount, registered with kubelet as a device plugin over simulated GPUs."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shlex
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 from hami_common import constants as C
-from hami_sim.demo.cluster import control_nodes
+from hami_sim.demo.cluster import ClusterError, control_nodes
 from hami_sim.gpu import lib_dir
 from hami_sim.realcluster import config as cfg
 from hami_sim.realcluster.cluster import DEVICE_PLUGIN_DIR, free_port, wait_for
@@ -95,6 +96,11 @@ def prepare_cgroups() -> None:
 
 def start_kubelet(c) -> None:
     """kubelet for node c.spec.name, on a clean slate; waits until the node is Ready."""
+    if ipaddress.ip_address(c.node_ip).is_loopback:
+        raise ClusterError("the node needs a non-loopback address as its InternalIP (kubelet "
+                           "refuses 127.0.0.1; the API server reaches kubelet there for logs, "
+                           "exec and port-forward), and this machine routes nowhere: give it "
+                           "a network interface with a default route, then start again")
     prepare_cgroups()
     DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
     for stale in DEVICE_PLUGIN_DIR.iterdir():      # sockets and checkpoint of an earlier run
@@ -116,7 +122,8 @@ def spawn_kubelet(c) -> None:
     proc = c.spawn("kubelet", [c.bins["kubelet"], f"--config={c.root / 'kubelet-config.yaml'}",
                                f"--kubeconfig={c.root / 'kubelet.kubeconfig'}",
                                f"--root-dir={c.root / 'kubelet'}",
-                               f"--hostname-override={c.spec.name}", "--v=2"])
+                               f"--hostname-override={c.spec.name}",
+                               f"--node-ip={c.node_ip}", "--v=2"])
     wait_for(f"node {c.spec.name} Ready", lambda: node_ready(c), 120,
              c.logs / "kubelet.log", lambda: proc.poll() is None)
 

@@ -1,5 +1,6 @@
 """The real cluster's certificates, made with the openssl CLI: one CA signs the API server's
-serving certificate, the client certificates of the admin, the controller manager and the
+serving certificate, kubelet's serving certificate for the node's name and InternalIP (the
+API server verifies it), the client certificates of the admin, the controller manager and the
 kubelet (their built-in RBAC identities), and hami-control's serving certificate for the
 Service's DNS names (as deploy/hami-control-certs.sh makes it) plus 127.0.0.1, where the
 processes listen. A service-account key pair signs the tokens. Throwaway, for this machine.
@@ -62,11 +63,28 @@ CLIENT_EXT = ("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherm
               "extendedKeyUsage=clientAuth\n")
 
 
-def make_pki(root: Path, node_name: str) -> Pki:
-    """Every certificate and key the cluster needs, in root (made once; kept if there)."""
+def make_pki(root: Path, node_name: str, node_ip: str) -> Pki:
+    """Every certificate and key the cluster needs, in root (made once; kept if there, but
+    kubelet's serving certificate made again if the node's address changed)."""
     pki = Pki(Path(root))
-    if pki.crt("apiserver-kubelet-client").exists():
-        return pki
+    if not pki.crt("apiserver-kubelet-client").exists():
+        _make_all(pki, node_name)
+    kubelet_serving(pki, node_name, node_ip)
+    return pki
+
+
+def kubelet_serving(pki: Pki, node_name: str, node_ip: str) -> None:
+    """kubelet's serving certificate, signed by the cluster's CA for the node's name and its
+    InternalIP: the API server reaches kubelet at that address (logs, exec, port-forward)
+    and verifies this certificate (--kubelet-certificate-authority)."""
+    ext = _server_ext((node_name, "localhost"), tuple(dict.fromkeys((node_ip, "127.0.0.1"))))
+    done = pki.root / "kubelet-serving.ext"
+    if pki.crt("kubelet-serving").exists() and done.exists() and done.read_text() == ext:
+        return
+    _sign(pki, "kubelet-serving", f"/CN={node_name}", ext)
+
+
+def _make_all(pki: Pki, node_name: str) -> None:
     d = pki.root
     d.mkdir(parents=True, exist_ok=True)
     _openssl(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
@@ -76,8 +94,6 @@ def make_pki(root: Path, node_name: str) -> Pki:
     _sign(pki, "apiserver", "/CN=kube-apiserver", _server_ext(
         ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
         ("127.0.0.1", SERVICE_IP)))
-    _sign(pki, "kubelet-serving", f"/CN={node_name}", _server_ext((node_name, "localhost"),
-                                                                 ("127.0.0.1",)))
     _sign(pki, "hami-control", "/CN=hami-control.hami-system.svc",
           _server_ext(CONTROL_DNS, ("127.0.0.1",)))
     for name, subject in (("admin", "/O=system:masters/CN=hami-k8s-admin"),
@@ -85,4 +101,3 @@ def make_pki(root: Path, node_name: str) -> Pki:
                           ("kubelet", f"/O=system:nodes/CN=system:node:{node_name}"),
                           ("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver")):
         _sign(pki, name, subject, CLIENT_EXT)
-    return pki

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 from hami_common import constants as C
 from hami_node.plugin.layout import CACHE_FILE, HostLayout
@@ -38,17 +37,20 @@ def unschedulable_message(pod: dict) -> str:
     return ""
 
 
-def container_log(logs_dir: Path, pod: dict, container: str) -> str:
-    """A container's output from kubelet's CRI log files (<ns>_<pod>_<uid>/<ctr>/N.log), the
-    timestamp, stream and tag of each line stripped."""
+def container_log(v1, pod: dict, container: str, previous: bool = False) -> str:
+    """A container's output through the API server's logs API (what `kubectl logs` reads:
+    the API server asks kubelet), '' when there is none (not started, or gone); previous:
+    the run before the last restart (`kubectl logs --previous`)."""
+    from kubernetes.client.rest import ApiException
     meta = pod["metadata"]
-    folder = logs_dir / f"{meta['namespace']}_{meta['name']}_{meta['uid']}" / container
-    lines = []
-    for path in sorted(folder.glob("*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            parts = line.split(" ", 3)
-            lines.append(parts[3] if len(parts) == 4 else "")
-    return "\n".join(lines)
+    try:
+        resp = v1.read_namespaced_pod_log(meta["name"], meta["namespace"], container=container,
+                                          previous=previous, _preload_content=False)
+    except ApiException as e:
+        if e.status in (400, 404):      # waiting to start, or no such (previous) container
+            return ""
+        raise
+    return resp.data.decode(errors="replace")
 
 
 def example_groups(examples) -> list:
@@ -151,7 +153,7 @@ class RealScenario:
         status = next((s for s in (pod.get("status") or {}).get("containerStatuses") or []
                        if s.get("name") == name), {})
         exit_code = ((status.get("state") or {}).get("terminated") or {}).get("exitCode")
-        text = container_log(self.cluster.pod_logs, pod, name)
+        text = container_log(self.v1, pod, name)
         lines = [line for line in text.splitlines() if line and not line.startswith("{")]
         cache = self.layout.container_dir(pod["metadata"]["uid"], name) / CACHE_FILE
         try:

@@ -10,6 +10,9 @@ import yaml
 from kubernetes import client
 
 from hami_common import constants as C
+from hami_sim.realcluster.components import versions
+
+K8S_VERSION = versions()["K8S_VERSION"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "hami-py"
@@ -29,8 +32,10 @@ def helm():
 
 
 def render(helm, *sets, kube_version="1.34.4", check=True):
-    args = [helm, "template", "hami", str(CHART), "--namespace", NAMESPACE,
-            "--kube-version", kube_version]
+    """`helm template` of the chart (kube_version None: helm's own, as offline users get)."""
+    args = [helm, "template", "hami", str(CHART), "--namespace", NAMESPACE]
+    if kube_version is not None:
+        args += ["--kube-version", kube_version]
     for item in sets:
         args += ["--set", item]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120)
@@ -107,6 +112,17 @@ def test_values_do_what_they_say(helm):
     assert any("pods/eviction" in r["resources"] for r in rules)
     assert not any(p.startswith("system-") for p in
                    (pod["priorityClassName"], node["priorityClassName"]))
+
+
+def test_the_chart_renders_offline_without_a_kube_version(helm):
+    """Our helm carries the Kubernetes version of the client libraries it is built with, as
+    an official build does (tools/k8s/build.sh); one built without it assumes v1.20, which the
+    chart's kubeVersion refuses. Those libraries are the release of tools/k8s/versions.env."""
+    minor = K8S_VERSION.split(".")[1]
+    docs = render(helm, kube_version=None)
+    pod = by(docs, "Deployment", "hami-control")["spec"]["template"]["spec"]
+    image = {c["name"]: c for c in pod["containers"]}["kube-scheduler"]["image"]
+    assert image == f"registry.k8s.io/kube-scheduler:v1.{minor}.0"
 
 
 def test_the_dashboard_is_off_unless_enabled(helm):

@@ -11,7 +11,10 @@ conftest.py runs this module before the others: the machine holds one real clust
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +22,13 @@ from hami_sim.demo.examples import load_examples
 from hami_sim.demo.report import HEADERS, checks_text, format_table, pod_row
 from hami_sim.demo.scenario import pod_gpus
 from hami_sim.realcluster.images import BULLSEYE_IMAGE
+from hami_sim.realcluster.cli import hints
 from hami_sim.realcluster.installed import NAMESPACE, rollout_done
 from hami_sim.realcluster.scenario import (container_log, run_real_scenario,
                                            unschedulable_message)
 
-from k8shelpers import INFO, create, delete, get, pod, wait_phase
+from k8shelpers import (INFO, REPO, check_gpu_pods_seen, create, delete, forwarded_page, get, pod,
+                        printed_commands, run_all, wait_phase)
 
 pytestmark = pytest.mark.timeout(3600)
 MiB = 1 << 20
@@ -126,7 +131,7 @@ def test_an_old_glibc_image_gets_the_shim_and_its_cap_holds(installed):
     create(c, body)
     try:
         done = wait_phase(c, "old-glibc", timeout=90)
-        text = container_log(c.pod_logs, done, "main")
+        text = container_log(c.core_v1, done, "main")
         assert done["status"]["phase"] == "Succeeded", text
         out = json.loads(text.strip().splitlines()[-1])
         assert out["libc"] == ["glibc", "2.31"]
@@ -138,3 +143,27 @@ def test_an_old_glibc_image_gets_the_shim_and_its_cap_holds(installed):
         assert (out["half"], out["whole"]) == (0, 2)
     finally:
         delete(c, "old-glibc")
+
+
+def test_every_command_the_hints_print_runs_as_printed(installed):
+    """What `cluster up --real --install helm` prints: the GPU pods' output and hami-smi
+    inside one, the agents' logs, the dashboard through `kubectl port-forward`."""
+    said = run_all(printed_commands(hints(installed, installed.kubeconfig)))
+    check_gpu_pods_seen(said)
+    assert "GPU 0: GPU-" in said[f"-n {NAMESPACE} logs ds/hami-node"]
+    assert "serving" in said[f"-n {NAMESPACE} logs deploy/hami-control -c hami-control"]
+    (forward,) = [k for k in said if " port-forward " in f" {k}"]
+    assert [n["name"] for n in json.loads(said[forward])["nodes"]] == ["node-a"]
+
+
+def test_the_readmes_dashboard_commands_run_as_printed(installed):
+    """The README's `kubectl port-forward`s to the chart's dashboard (any replica, then the
+    leader), with kubectl on PATH and the cluster as the current kubeconfig."""
+    readme = (REPO / "README.md").read_text()
+    commands = re.findall(r"^ *(kubectl -n \S+ port-forward .*)$", readme, re.M)
+    assert len(commands) == 2, commands
+    env = {**os.environ, "KUBECONFIG": str(installed.kubeconfig),
+           "PATH": f"{Path(installed.bins['kubectl']).parent}:{os.environ['PATH']}"}
+    for command in commands:
+        snapshot = json.loads(forwarded_page(command, env))
+        assert [len(n["gpus"]) for n in snapshot["nodes"]] == [len(installed.spec.gpus)]

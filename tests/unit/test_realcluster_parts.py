@@ -110,3 +110,37 @@ def test_service_names_are_appended_once_to_the_pods_hosts_file(tmp_path):
     sandbox_hosts.write_text("")
     oci_runtime.edit(spec(sandbox_hosts, sandbox=True), "/libs", [], {}, "", str(names))
     assert sandbox_hosts.read_text() == ""
+
+
+def test_kubelets_serving_certificate_follows_the_nodes_address(tmp_path):
+    """Signed for the node's name and InternalIP; made again when the address changes (a kept
+    work folder on a machine whose address moved), kept otherwise."""
+    import subprocess
+    from hami_sim.realcluster.pki import make_pki
+
+    def sans(pki):
+        out = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
+                              str(pki.crt("kubelet-serving"))], capture_output=True, text=True,
+                             check=True).stdout
+        return {v.split(":", 1)[1] for v in out.splitlines()[1].strip().split(", ")}
+
+    pki = make_pki(tmp_path, "node-a", "192.0.2.7")
+    assert sans(pki) == {"node-a", "localhost", "192.0.2.7", "127.0.0.1"}
+    before = pki.crt("kubelet-serving").read_bytes()
+    assert make_pki(tmp_path, "node-a", "192.0.2.7").crt("kubelet-serving").read_bytes() == before
+    assert "198.51.100.3" in sans(make_pki(tmp_path, "node-a", "198.51.100.3"))
+
+
+def test_the_hints_commands_name_files_of_the_checkout():
+    """Every file a hinted command applies is in the repository (they run from its folder)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+    from hami_sim.realcluster.cli import hint_commands
+    repo = Path(__file__).resolve().parents[2]
+    for installed in (False, True):
+        cluster = SimpleNamespace(bins={"kubectl": "/k/kubectl"}, installed=installed)
+        commands = hint_commands(cluster, Path("/k/admin.kubeconfig"))
+        assert all(c.startswith("/k/kubectl --kubeconfig /k/admin.kubeconfig ") for c in commands)
+        files = [c.split(" -f ")[1].split()[0] for c in commands if " -f " in c]
+        assert files and all((repo / f).is_file() for f in files), files
+        assert any("port-forward" in c for c in commands) == installed

@@ -62,8 +62,25 @@ single_module() {
   echo "$dir"
 }
 
-# helm is keyed by its own version (its binary carries it in the name).
-target() { [ "$1" = helm ] && echo "$bin/helm-$HELM_VERSION" || echo "$bin/$1"; }
+# helm is keyed by its own version and by this script's recipe for it (HELM_RECIPE, raised
+# whenever its build changes: binaries built by an older recipe stay valid for the checkouts
+# that use it, and `make k8s` builds the new one beside them).
+HELM_RECIPE=2
+target() { [ "$1" = helm ] && echo "$bin/helm-$HELM_VERSION-r$HELM_RECIPE" || echo "$bin/$1"; }
+
+# The ldflags an official helm build sets from the k8s.io/client-go its module requires: the
+# Kubernetes version that `helm template` and `helm lint` assume when no cluster is reached
+# (without them, v1.20, which charts asking for a newer kubeVersion refuse).
+helm_k8s_ldflags() {
+  local dir=$1 cv major minor v
+  cv=$(cd "$dir" && go list -m -f '{{.Version}}' k8s.io/client-go) \
+    || die "could not read k8s.io/client-go's version in helm's module"
+  [[ $cv =~ ^v0\.([0-9]+)\. ]] || die "unexpected k8s.io/client-go version '$cv' in helm's module"
+  major=1 minor=${BASH_REMATCH[1]}
+  for v in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    echo -n " -X $v.k8sVersionMajor=$major -X $v.k8sVersionMinor=$minor"
+  done
+}
 
 build_one() {
   local name=$1 dir pkg ldflags="-s -w" out
@@ -73,6 +90,7 @@ build_one() {
   if [ "$name" = helm ]; then
     pkg=helm.sh/helm/v3/cmd/helm; dir=$(single_module "helm-$HELM_VERSION" "$pkg" "$HELM_VERSION")
     ldflags+=" -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+    ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean$(helm_k8s_ldflags "$dir")"
   elif [ "$name" = etcd ]; then
     pkg=go.etcd.io/etcd/server/v3; dir=$(single_module etcd "$pkg" "$ETCD_VERSION")
   else

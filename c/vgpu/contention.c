@@ -139,7 +139,15 @@ int64_t vgpu_own_time(int64_t measured_ns, int64_t least_ns)
                                           * ways, gpucores-30 at 22 %) */
         rounds = (int64_t)((double)measured_ns / (double)((k + 1) * slice) + 0.5);
     int64_t own = measured_ns - rounds * k * slice;
-    own = own > least_ns ? own : least_ns;
+    /* The floor is what the signature took lately, except in a sample of two rounds or more:
+     * there the device gave us at least our turn of every round, so at least measured /
+     * (k + 1) is ours whatever the signature's past. That lets a base learnt from a first
+     * sample taken under contention come down: a 20 ms kernel at 10 % beside a neighbour's
+     * 20 ms kernels, first measured at 40 ms, was charged double for good (5 % of its 10). */
+    int64_t floor = least_ns;
+    if (rounds >= 2 && measured_ns / (k + 1) < floor)
+        floor = measured_ns / (k + 1);
+    own = own > floor ? own : floor;
     own = own < measured_ns ? own : measured_ns;
     return own > 0 ? own : 0;
 }

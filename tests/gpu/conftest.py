@@ -116,10 +116,11 @@ def gpu_env(tmp_path, gpu_python):
         subprocess.run(["make", "-s", "-C", str(ROOT / "c")], check=True, timeout=600)
     env["LD_LIBRARY_PATH"] = ":".join(p for p in (str(SIM_LIB), env["LD_LIBRARY_PATH"]) if p)
     env["HAMI_SIM_STATE"] = str(tmp_path / "sim-state")
-    # A wave of blocks costs 100 us here (the simulator's default is 10 us): a 4096 x 4096
-    # FP32 matmul then takes ~0.6 ms, so that the tier's PyTorch loops keep the device busy,
-    # as they do a real GPU, instead of being bound by Python's launch overhead.
-    env.setdefault("HAMI_SIM_WAVE_NS", "100000")
+    # A wave of blocks costs 250 us here (the simulator's default is 10 us): a 4096 x 4096
+    # FP32 matmul then takes ~1.3 ms (an H200 takes ~2.5, an A100 ~7), so that the tier's
+    # PyTorch loops keep the device busy, as they do a real GPU, instead of being bound by
+    # Python's launch overhead on a loaded 2-core machine.
+    env.setdefault("HAMI_SIM_WAVE_NS", "250000")
     return env
 
 

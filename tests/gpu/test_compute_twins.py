@@ -26,15 +26,24 @@ mode, seconds = sys.argv[1], float(sys.argv[2])
 torch.cuda.init()
 x = torch.ones(1, device="cuda")
 
-def cycles_for(us):
-    """torch.cuda._sleep cycles that take about `us` microseconds on this GPU."""
+def measure_cycles_per_us():
+    """torch.cuda._sleep cycles per microsecond on this GPU, timed with events. Only an
+    unlimited process can time it so: under a limit, the start event may be stamped on an idle
+    device while the limiter holds the kernel back on the host."""
     torch.cuda._sleep(1000); torch.cuda.synchronize()
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     s.record(); torch.cuda._sleep(1_000_000); e.record(); e.synchronize()
-    return max(1, int(1_000_000 * us / (s.elapsed_time(e) * 1000)))
+    return 1_000_000 / (s.elapsed_time(e) * 1000)
+
+def cycles_for(us):
+    """torch.cuda._sleep cycles that take about `us` microseconds (CYCLES_PER_US, measured by
+    an unlimited child of the same test)."""
+    return max(1, int(float(os.environ["CYCLES_PER_US"]) * us))
 
 out = {}
-if mode in ("mixed", "busy"):          # 19 x ~20 us and 1 x ~5 ms, same kernel and grid
+if mode == "calibrate":
+    out["cycles_per_us"] = measure_cycles_per_us()
+elif mode in ("mixed", "busy"):          # 19 x ~20 us and 1 x ~5 ms, same kernel and grid
     short, long_ = cycles_for(20), cycles_for(5000)
     pattern = [short] * 19 + [long_] if mode == "mixed" else [long_]
     busy_us = sum(20 if c == short else 5000 for c in pattern)
@@ -77,8 +86,22 @@ print(json.dumps(out), flush=True)
 '''
 
 
+def calibrate(env):
+    """torch.cuda._sleep's cycles per microsecond, timed by an unlimited child."""
+    free = {k: v for k, v in env.items() if not k.startswith("CUDA_DEVICE_SM_LIMIT")}
+    # a shared file of its own: a container's file keeps the limit of its first process
+    free["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] + ".calib"
+    kid = subprocess.run(child(free, "-c", CHILD, "calibrate", "0"), env=free,
+                         capture_output=True, text=True, timeout=180)
+    assert kid.returncode == 0, kid.stderr[-3000:]
+    return json.loads(kid.stdout.strip().splitlines()[-1])["cycles_per_us"]
+
+
 def run(envs, mode, seconds=4.0):
     """One child per environment, started together; their JSON results."""
+    if mode in ("mixed", "busy", "syncloop"):
+        rate = str(calibrate(envs[0]))
+        envs = [dict(env, CYCLES_PER_US=rate) for env in envs]
     kids = [subprocess.Popen(child(env, "-c", CHILD, mode, str(seconds)), env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for env in envs]

@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install native k8s browser test demo bench clean
+.PHONY: install native k8s browser torch test demo bench clean
 
 install: $(STAMP) native
 
@@ -30,7 +30,13 @@ k8s:
 browser:
 	bash tools/browser/install.sh
 
-test: install k8s browser
+# PyTorch's CUDA wheel for the GPU tier (tests/gpu), pinned in tools/torch/requirements.txt,
+# in a virtual environment cached under ~/.cache/hami-py/torch and linked as .venv/torch (the
+# first time downloads about 2.8 GB, then nothing).
+torch: install
+	bash tools/torch/install.sh >/dev/null
+
+test: install k8s browser torch
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 demo: install

@@ -50,6 +50,9 @@ setup(
                  # nvml.h, cuda.h and cudaTypedefs.h for the header conformance tests
                  # (tests/sim/test_headers.py): the real headers, no CUDA toolkit needed
                  "nvidia-nvml-dev>=12.4,<14", "nvidia-cuda-runtime>=13.0,<14",
+                 # NVIDIA's CUDA runtime 12 beside 13 (the 13 one brings the headers above):
+                 # tests/sim/test_cudart.py starts both on the simulated driver
+                 "nvidia-cuda-runtime-cu12>=12.4,<13",
                  # the packing curve of `hami-sim replay --plot` (tests/unit/test_replay_plot.py)
                  "matplotlib>=3.8,<4"],
         "bench": ["matplotlib>=3.8,<4"],

@@ -57,6 +57,7 @@ static struct sim_proc *my_slot_locked(struct sim_device *d)
         for (i = 0; i < SIM_MAX_PROCS; i++) {
             if (d->procs[i].pid == 0) {
                 memset(&d->procs[i], 0, sizeof d->procs[i]);
+                memset(d->bins.proc_ns[i], 0, sizeof d->bins.proc_ns[i]); /* a new process */
                 d->procs[i].pid = slots_pid;
                 d->procs[i].start_time = my_start_time;
                 d->procs[i].host_pid = slots_pid + sim_host_pid_offset();
@@ -148,10 +149,36 @@ uint64_t sim_device_used(int dev)
     return used;
 }
 
+/* Adds [start, end) of process slot `slot` (-1: none) to the time bins. */
+static void bins_add_locked(struct sim_busy_bins *b, int slot, int64_t start, int64_t end)
+{
+    for (int64_t t = start; t < end;) {
+        int64_t bin = t / SIM_BUSY_BIN_NS, next = (bin + 1) * SIM_BUSY_BIN_NS;
+        int i = (int)(bin % SIM_BUSY_BINS);
+        if (b->bin[i] != bin) { /* a slot last used SIM_BUSY_BINS bins ago or more */
+            b->bin[i] = bin;
+            b->device_ns[i] = 0;
+            for (int p = 0; p < SIM_MAX_PROCS; p++)
+                b->proc_ns[p][i] = 0;
+        }
+        int64_t span = (end < next ? end : next) - t;
+        b->device_ns[i] += (uint32_t)span;
+        if (slot >= 0)
+            b->proc_ns[slot][i] += (uint32_t)span;
+        t += span;
+    }
+}
+
 void sim_busy_add_locked(struct sim_device *d, int32_t pid, int64_t start, int64_t end)
 {
     if (end > d->busy_until_ns)
         d->busy_until_ns = end;
+    int slot = -1;
+    for (int i = 0; i < SIM_MAX_PROCS && slot < 0; i++)
+        if (d->procs[i].pid == pid)
+            slot = i;
+    if (end > start)
+        bins_add_locked(&d->bins, slot, start, end);
     struct sim_busy *last = d->busy_count ? &d->busy[(d->busy_count - 1) % SIM_BUSY_RING] : NULL;
     if (last && last->pid == pid && last->end_ns == start) {
         last->end_ns = end; /* back-to-back kernels of one process: one interval */
@@ -162,6 +189,28 @@ void sim_busy_add_locked(struct sim_device *d, int32_t pid, int64_t start, int64
     b->end_ns = end;
     b->pid = pid;
     d->busy_count++;
+}
+
+int64_t sim_busy_binned_ns_locked(const struct sim_device *d, int64_t from, int64_t to,
+                                  int32_t pid)
+{
+    int slot = -1;
+    for (int i = 0; pid && i < SIM_MAX_PROCS && slot < 0; i++)
+        if (d->procs[i].pid == pid)
+            slot = i;
+    if (pid && slot < 0)
+        return 0;
+    double total = 0;
+    for (int64_t bin = from / SIM_BUSY_BIN_NS; bin * SIM_BUSY_BIN_NS < to; bin++) {
+        int i = (int)(bin % SIM_BUSY_BINS);
+        if (d->bins.bin[i] != bin)
+            continue;
+        int64_t lo = bin * SIM_BUSY_BIN_NS, hi = lo + SIM_BUSY_BIN_NS;
+        int64_t in = (hi < to ? hi : to) - (lo > from ? lo : from); /* the window's part */
+        uint32_t busy = slot >= 0 ? d->bins.proc_ns[slot][i] : d->bins.device_ns[i];
+        total += (double)busy * (double)in / (double)SIM_BUSY_BIN_NS; /* busy spread evenly */
+    }
+    return (int64_t)total;
 }
 
 int64_t sim_busy_ns_locked(const struct sim_device *d, int64_t from, int64_t to, int32_t pid)

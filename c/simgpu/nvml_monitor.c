@@ -22,7 +22,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilizati
         return rc;
     int64_t now = sim_now_ns();
     sim_lock();
-    int64_t busy = sim_busy_ns_locked(d, now - WINDOW_NS, now, 0);
+    int64_t busy = sim_busy_binned_ns_locked(d, now - WINDOW_NS, now, 0);
     sim_unlock();
     u->gpu = percent(busy, WINDOW_NS);
     u->memory = 0; /* kernels never touch memory in the simulator */
@@ -56,7 +56,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h,
         memset(&found[n], 0, sizeof found[n]);
         found[n].pid = (unsigned int)(p->host_pid ? p->host_pid : p->pid);
         found[n].timeStamp = stamp;
-        found[n].smUtil = percent(sim_busy_ns_locked(d, now - WINDOW_NS, now, p->pid), WINDOW_NS);
+        found[n].smUtil = percent(sim_busy_binned_ns_locked(d, now - WINDOW_NS, now, p->pid), WINDOW_NS);
         n++;
     }
     sim_unlock();

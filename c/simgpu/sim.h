@@ -118,8 +118,12 @@ void sim_reap_locked(struct sim_device *d, int force);
  * this is its log, read by NVML's utilization and hami_sim's BusyRecorder); caller holds the
  * lock. */
 void sim_busy_add_locked(struct sim_device *d, int32_t pid, int64_t start, int64_t end);
-/* Busy nanoseconds of `pid` (0: any process) on the device within [from, to); caller holds
- * the lock. */
+/* Busy nanoseconds of `pid` (0: any process) on the device within [from, to), from the time
+ * bins (whatever the number of kernels; partial bins pro rata); caller holds the lock. */
+int64_t sim_busy_binned_ns_locked(const struct sim_device *d, int64_t from, int64_t to,
+                                  int32_t pid);
+/* The same from the ring of intervals (exact, but only as far back as the ring reaches);
+ * caller holds the lock. */
 int64_t sim_busy_ns_locked(const struct sim_device *d, int64_t from, int64_t to, int32_t pid);
 /* Records an XID event on a device (used by hami-sim inject-xid). */
 int sim_inject_xid(int dev, uint64_t xid);

@@ -22,13 +22,15 @@
 #include <stdint.h>
 
 #define SIM_STATE_MAGIC 0x314d4953494d4148ULL /* "HAMISIM1" read as little-endian bytes */
-#define SIM_STATE_VERSION 1
+#define SIM_STATE_VERSION 2
 #define SIM_STATE_FILE "gpus.state"
 
 #define SIM_MAX_DEVICES 16
 #define SIM_MAX_PROCS 64   /* processes per device */
 #define SIM_BUSY_RING 1024 /* busy intervals per device, for utilization */
 #define SIM_XID_RING 64    /* XID events per device */
+#define SIM_BUSY_BINS 256  /* busy time per 10 ms bin, for NVML's utilization */
+#define SIM_BUSY_BIN_NS 10000000LL
 #define SIM_NAME_LEN 96
 #define SIM_UUID_LEN 48
 #define SIM_CONFIG_LEN 1024
@@ -61,6 +63,17 @@ struct sim_xid {
     uint64_t reserved;
 };
 
+/* Busy time in fixed time bins (2.56 s of history), device-wide and per process slot: what
+ * NVML's utilization reads, whatever the number of kernels (the ring of intervals above is the
+ * detailed record hami_sim's BusyRecorder polls; at 2,500 kernels a second it covers less than
+ * a second). Slot i holds bin number bin[i] (CLOCK_MONOTONIC ns / SIM_BUSY_BIN_NS); a slot
+ * holding an older bin is reset before it is reused. */
+struct sim_busy_bins {
+    int64_t bin[SIM_BUSY_BINS];
+    uint32_t device_ns[SIM_BUSY_BINS];
+    uint32_t proc_ns[SIM_MAX_PROCS][SIM_BUSY_BINS]; /* by slot of procs[] */
+};
+
 struct sim_device {
     uint64_t total_bytes;
     uint32_t index;
@@ -78,6 +91,7 @@ struct sim_device {
     struct sim_proc procs[SIM_MAX_PROCS];
     struct sim_busy busy[SIM_BUSY_RING];
     struct sim_xid xids[SIM_XID_RING];
+    struct sim_busy_bins bins;
 };
 
 struct sim_header {
@@ -105,10 +119,12 @@ _Static_assert(offsetof(struct sim_device, busy_until_ns) == 176, "busy_until_ns
 _Static_assert(offsetof(struct sim_device, procs) == 448, "procs offset");
 _Static_assert(offsetof(struct sim_device, busy) == 4544, "busy offset");
 _Static_assert(offsetof(struct sim_device, xids) == 29120, "xids offset");
-_Static_assert(sizeof(struct sim_device) == 31168, "sim_device size");
+_Static_assert(offsetof(struct sim_device, bins) == 31168, "bins offset");
+_Static_assert(sizeof(struct sim_busy_bins) == 68608, "sim_busy_bins size");
+_Static_assert(sizeof(struct sim_device) == 99776, "sim_device size");
 _Static_assert(offsetof(struct sim_header, config) == 32, "config offset");
 _Static_assert(offsetof(struct sim_header, lock) == 1056, "lock offset");
 _Static_assert(sizeof(struct sim_header) == 2048, "sim_header size");
-_Static_assert(sizeof(struct sim_state) == 2048 + 16 * 31168, "sim_state size");
+_Static_assert(sizeof(struct sim_state) == 2048 + 16 * 99776, "sim_state size");
 
 #endif /* HAMI_SIM_STATE_H */

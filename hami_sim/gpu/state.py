@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 MAGIC = 0x314D4953494D4148  # "HAMISIM1"
-VERSION = 1
+VERSION = 2
 STATE_FILE = "gpus.state"
-MAX_DEVICES, MAX_PROCS, BUSY_RING, XID_RING = 16, 64, 1024, 64
+MAX_DEVICES, MAX_PROCS, BUSY_RING, XID_RING, BUSY_BINS = 16, 64, 1024, 64, 256
 UTIL_WINDOW_NS = 1_000_000_000
 
 
@@ -38,6 +38,12 @@ class SimXid(ctypes.Structure):
                 ("time_ns", ctypes.c_int64), ("reserved", ctypes.c_uint64)]
 
 
+class SimBusyBins(ctypes.Structure):
+    """Busy time per 10 ms bin, device-wide and per process slot (NVML's utilization)."""
+    _fields_ = [("bin", ctypes.c_int64 * BUSY_BINS), ("device_ns", ctypes.c_uint32 * BUSY_BINS),
+                ("proc_ns", (ctypes.c_uint32 * BUSY_BINS) * MAX_PROCS)]
+
+
 class SimDevice(ctypes.Structure):
     """One simulated GPU."""
     _fields_ = [("total_bytes", ctypes.c_uint64), ("index", ctypes.c_uint32),
@@ -47,7 +53,8 @@ class SimDevice(ctypes.Structure):
                 ("numa_node", ctypes.c_int32), ("busy_until_ns", ctypes.c_int64),
                 ("busy_count", ctypes.c_uint64), ("xid_count", ctypes.c_uint64),
                 ("reserved", ctypes.c_uint8 * 248), ("procs", SimProc * MAX_PROCS),
-                ("busy", SimBusy * BUSY_RING), ("xids", SimXid * XID_RING)]
+                ("busy", SimBusy * BUSY_RING), ("xids", SimXid * XID_RING),
+                ("bins", SimBusyBins)]
 
 
 class SimHeader(ctypes.Structure):
@@ -68,9 +75,10 @@ class SimState(ctypes.Structure):
 LAYOUT = [
     (SimProc, None, 64), (SimBusy, None, 24), (SimXid, None, 32),
     (SimDevice, "busy_until_ns", 176), (SimDevice, "procs", 448), (SimDevice, "busy", 4544),
-    (SimDevice, "xids", 29120), (SimDevice, None, 31168),
+    (SimDevice, "xids", 29120), (SimDevice, "bins", 31168), (SimBusyBins, None, 68608),
+    (SimDevice, None, 99776),
     (SimHeader, "config", 32), (SimHeader, "lock", 1056), (SimHeader, None, 2048),
-    (SimState, None, 2048 + 16 * 31168),
+    (SimState, None, 2048 + 16 * 99776),
 ]
 
 

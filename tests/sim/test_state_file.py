@@ -65,7 +65,7 @@ def test_reading_a_missing_or_foreign_file_is_a_clear_error(tmp_path):
         state.read_state(tmp_path / "nothing")
     foreign = tmp_path / "foreign"
     foreign.write_bytes(b"\1" * ctypes.sizeof(state.SimState))
-    with pytest.raises(state.StateError, match="not a version-1"):
+    with pytest.raises(state.StateError, match=f"not a version-{state.VERSION}"):
         state.read_state(foreign)
 
 

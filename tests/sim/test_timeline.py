@@ -130,3 +130,36 @@ def test_two_half_busy_processes_show_50_percent_each_and_100_for_the_device(sim
     assert sorted(int(p) for p in got["procs"]) == sorted(w.pid for w in workers)
     for util in got["procs"].values():
         assert 35 <= util <= 65
+
+
+def test_utilization_of_many_short_kernels_is_the_busy_time(sim):
+    """A 200 us kernel, a synchronisation and 200 us of host work, 2,500 times a second:
+    NVML's utilization is the device's busy time over the last second (the kernels' own count
+    says how much), however many kernels that took; a ring of the last 1,024 intervals read
+    20 % here."""
+    out, _ = sim.run('''
+        import pynvml
+        ok(cu.cuInit(0))
+        ctx = ok(cu.cuCtxCreate(None, 0, ok(cu.cuDeviceGet(0))))
+        f, stream = spin_function(), ok(cu.cuStreamCreate(0))
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        t0 = time.monotonic()
+        kernels = []
+        while time.monotonic() < t0 + 2.2:
+            spin(f, 200_000, stream)
+            ok(cu.cuStreamSynchronize(stream))
+            kernels.append(time.monotonic())
+            host = time.monotonic()
+            while time.monotonic() < host + 0.0002:
+                pass
+        now = time.monotonic()
+        in_last_second = sum(1 for t in kernels if t > now - 1.0)
+        samples = pynvml.nvmlDeviceGetProcessUtilization(h, 0)
+        say(gpu=pynvml.nvmlDeviceGetUtilizationRates(h).gpu, own=in_last_second * 0.02,
+            proc=[s.smUtil for s in samples])
+    ''', timeout=60)
+    got = out[0]
+    assert got["own"] > 25, got  # the loop kept the device at least a quarter busy
+    assert abs(got["gpu"] - got["own"]) <= 6, got
+    assert len(got["proc"]) == 1 and abs(got["proc"][0] - got["own"]) <= 6, got

@@ -35,6 +35,23 @@ static CUresult begin_context(CUcontext *pctx, int rec, uint64_t *bytes)
     return *bytes ? vgpu_count_begin(rec, *bytes) : CUDA_SUCCESS;
 }
 
+/* Whether the container is over its limit now that a context exists: the context alone
+ * (its first one: nothing was learnt to charge beforehand) or beside what the container holds
+ * took more than the cap allows. The driver already spent the memory; the context goes again,
+ * so that nothing runs over the cap. */
+static int context_overflows(int rec, CUdevice dev)
+{
+    struct vgpu_usage u;
+    if (rec < 0 || vgpu_usage_of(rec, &u) < 0 || !u.limit || u.used <= u.limit)
+        return 0;
+    vgpu_log(VGPU_LOG_ERROR, "device %d: a CUDA context took the container to %llu MiB by the "
+             "driver's count, over its limit of %llu bytes (%llu MiB): context refused "
+             "(CUDA_DEVICE_MEMORY_LIMIT without a suffix is bytes: 1024m is 1024 MiB)", dev,
+             (unsigned long long)(u.used >> 20), (unsigned long long)u.limit,
+             (unsigned long long)(u.limit >> 20));
+    return 1;
+}
+
 /* After it answered `rc`: records the context, then reads the driver's figure. */
 static CUresult end_context(CUresult rc, CUcontext *pctx, int rec, uint64_t bytes)
 {
@@ -46,12 +63,24 @@ static CUresult end_context(CUresult rc, CUcontext *pctx, int rec, uint64_t byte
     return rc;
 }
 
+static CUresult create_context(CUresult rc, CUcontext *pctx, CUdevice dev, int rec,
+                               uint64_t bytes)
+{
+    rc = end_context(rc, pctx, rec, bytes);
+    if (rc == CUDA_SUCCESS && context_overflows(rec, dev)) {
+        hook_cuCtxDestroy_v2(*pctx);
+        *pctx = NULL;
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return rc;
+}
+
 #define CREATE_CONTEXT(pctx, dev, call)                                                        \
     do {                                                                                       \
         int rec_ = record_of(dev);                                                             \
         uint64_t bytes_ = 0;                                                                   \
         CUresult rc_ = begin_context(pctx, rec_, &bytes_);                                     \
-        return rc_ == CUDA_SUCCESS ? end_context(call, pctx, rec_, bytes_) : rc_;              \
+        return rc_ == CUDA_SUCCESS ? create_context(call, pctx, dev, rec_, bytes_) : rc_;      \
     } while (0)
 
 CUresult hook_cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
@@ -104,8 +133,14 @@ CUresult hook_cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         vgpu_uncharge(rec, bytes);
     }
     pthread_mutex_unlock(&primary_lock);
-    if (rc == CUDA_SUCCESS && first)
+    if (rc == CUDA_SUCCESS && first) {
         vgpu_footprint_after_context(rec, bytes);
+        if (context_overflows(rec, dev)) {
+            hook_cuDevicePrimaryCtxRelease_v2(dev);
+            *pctx = NULL;
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
     return rc;
 }
 

@@ -77,6 +77,33 @@ def base_env(args: argparse.Namespace) -> Dict[str, str]:
     return env
 
 
+# Below this, a cap may not hold even a CUDA context (300-600 MiB on data-centre GPUs): the
+# driver is asked what one takes before the command starts.
+_CHECK_BELOW = 2 << 30
+
+
+def check_room_for_a_context(args: argparse.Namespace, env: Dict[str, str],
+                             limits: Dict[int, int], probe: DeviceProbe) -> None:
+    """ShimConfigError when a device's cap is smaller than what a CUDA context takes there by
+    itself: the command could do nothing on it (its first context would be refused)."""
+    if not limits or min(limits.values()) >= _CHECK_BELOW:
+        return
+    for i, cost in enumerate(probe.context_costs(env)):
+        limit = limits.get(i, limits.get(-1))
+        if cost and limit is not None and limit < cost:
+            hint = ""
+            if args.gpu_mem is not None and args.gpu_mem < 1 << 20:
+                hint = (f"; a bare number is bytes, as in HAMi: did you mean --gpu-mem "
+                        f"{args.gpu_mem}m?")
+            raise ShimConfigError(f"device {i}: a limit of {format_size(limit)} is less than "
+                                  f"the {format_size(cost)} a CUDA context takes there by "
+                                  f"itself, so the command could not use it{hint}")
+
+
+def format_size(n: int) -> str:
+    return f"{n} bytes" if n < 1 << 20 else f"{n / (1 << 20):.0f} MiB"
+
+
 def settings_for(args: argparse.Namespace, env: Dict[str, str], cache: Path,
                  probe: DeviceProbe) -> ShimSettings:
     """The limits the command runs with."""
@@ -85,6 +112,8 @@ def settings_for(args: argparse.Namespace, env: Dict[str, str], cache: Path,
         totals = probe.totals(env)
         per_device = {i: int(t * args.gpu_mem_percent / 100) >> 20 << 20
                       for i, t in enumerate(totals)}
+    limits = dict(per_device) or ({-1: args.gpu_mem} if args.gpu_mem is not None else {})
+    check_room_for_a_context(args, env, limits, probe)
     return ShimSettings(memory_limit=args.gpu_mem, device_memory_limits=per_device,
                         sm_limit=args.gpu_cores, cache_path=str(cache))
 

@@ -1,6 +1,6 @@
-"""The compute limit on a real GPU with PyTorch: a matmul loop limited to 30 % runs at 30 % of
-its unlimited throughput (+- 5 points), containers at 10 % and 90 % both saturating the GPU
-split the work 1:9 (within 15 %), and a CUDA graph replay loop is limited too.
+"""The compute limit with PyTorch: a matmul loop limited to 30 % runs at 30 % of its unlimited
+throughput (+- 2 points), containers at 10 % and 90 % both saturating the GPU split the work
+1:9 (within 10 %), and a CUDA graph replay loop is limited too.
 
 Only the standard library and pytest here; PyTorch runs in children with libvgpu.so preloaded
 (built with `make -C c` when missing). Each child measures its throughput itself, between two
@@ -117,10 +117,10 @@ def test_matmul_and_graph_replay_run_at_30_percent_of_unlimited(container):
     (limited,) = run_together([container("limited", 30)], ["matmul", "graph"])
     for name in ("matmul", "graph"):
         ratio = limited[name] / free[name]
-        assert 0.25 <= ratio <= 0.35, (name, limited[name], free[name])
+        assert 0.28 <= ratio <= 0.32, (name, limited[name], free[name])
 
 
 def test_ten_and_ninety_percent_split_the_work_one_to_nine(container):
     low, high = run_together([container("low", 10), container("high", 90)], ["matmul"])
     ratio = high["matmul"] / low["matmul"]
-    assert 9 * 0.85 <= ratio <= 9 * 1.15, (low, high)
+    assert 9 * 0.9 <= ratio <= 9 * 1.1, (low, high)

@@ -83,23 +83,35 @@ say(driver=driver_count(), ledger=total - free, nvml_used=ledger(), total=total,
     assert abs(got["driver"] - got["ledger"]) <= 4 * MiB, got
 
 
-def test_fill_to_oom_stays_within_the_cap_by_nvml(capped, record_property):
+@pytest.mark.parametrize("alloc_conf",
+                         ["", "expandable_segments:True", "backend:cudaMallocAsync"],
+                         ids=["caching", "expandable-segments", "cudaMallocAsync"])
+def test_fill_to_oom_stays_within_the_cap_by_nvml(capped, record_property, alloc_conf):
+    """PyTorch filled to its OutOfMemoryError under a 1 GiB cap, with each allocator backend:
+    the driver's own count of the process (NVML: context, modules and every allocation) never
+    passes the cap, and PyTorch's allocated bytes stop short of it by the context."""
+    conf = {"PYTORCH_CUDA_ALLOC_CONF": alloc_conf} if alloc_conf else {}
     got = run_child(r'''
 import torch
 torch.cuda.init()
-held, message = [], ""
+held, message, peak = [], "", 0
 try:
     while len(held) < 10000:
         held.append(torch.empty(64 * MiB, dtype=torch.uint8, device="cuda"))
+        peak = max(peak, driver_count())
 except torch.cuda.OutOfMemoryError as e:
-    message = str(e)[:200]
-say(driver=driver_count(), held=len(held) * 64 * MiB, ledger=ledger(), message=message)
-''', capped("1g"))
+    message = str(e)[:300]
+say(driver=driver_count(), peak=peak, held=len(held) * 64 * MiB, ledger=ledger(),
+    allocated=torch.cuda.memory_allocated(), message=message)
+''', capped("1g", **conf))
     for key, value in got.items():
         record_property(key, value)
     assert got["message"]
-    assert got["driver"] <= 1024 * MiB + 2 * MiB, got  # within one page of the cap
+    assert max(got["driver"], got["peak"]) <= 1024 * MiB + 2 * MiB, got  # a page at most
     assert got["driver"] >= 1024 * MiB - 64 * MiB - 20 * MiB, got
+    assert got["allocated"] == got["held"] < got["driver"], got  # the context is real
+    if not alloc_conf.startswith("backend"):  # the caching allocator's message names the cap
+        assert "total capacity of 1024.00 MiB" in got["message"], got["message"]
 
 
 def test_vmm_create_map_release_then_a_refused_allocation(capped, record_property):

@@ -5,6 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import textwrap
+
+from conftest import PRELUDE
 from tests_shim_common import ROOT
 
 MiB = 1 << 20
@@ -81,3 +84,37 @@ def test_hami_smi_shows_live_processes_and_forgets_dead_ones(shim):
     assert view["processes"] == [] and view["devices"][0]["used"] == 0
     broken = hami("--cache", str(shim.tmp / "nothing.cache"), tool="smi")
     assert broken.returncode == 1 and "no such shared accounting file" in broken.stderr
+
+
+def test_a_cap_below_a_context_is_refused_before_the_command_runs(shim):
+    """hami-run --gpu-mem 1024 means 1024 bytes (HAMi's unit): less than the context the
+    simulated A100 charges (its realistic default), so hami-run says so and runs nothing."""
+    env = {k: v for k, v in shim.env.items() if k != "HAMI_SIM_CTX_OVERHEAD"}
+    done = hami("--sim", "--gpu-mem", "1024", "--", sys.executable, "-c", "print('ran')",
+                env=env)
+    assert done.returncode == 2 and "ran" not in done.stdout
+    assert "less than the 430 MiB a CUDA context takes" in done.stderr, done.stderr
+    assert "did you mean --gpu-mem 1024m" in done.stderr
+
+
+def test_the_shim_refuses_a_context_that_alone_passes_the_cap(shim):
+    """Under a cap smaller than a context (set directly, past hami-run), the first context is
+    created, found over the cap by the driver's count and destroyed again: CUDA_ERROR_OUT_OF_
+    MEMORY and a log line that names the unit; the next attempt is refused before the driver
+    is asked (the context's cost is learnt)."""
+    from hami_node.shim.settings import ShimSettings, shim_env
+    base = {k: v for k, v in shim.env.items() if k != "HAMI_SIM_CTX_OVERHEAD"}
+    env = shim_env(ShimSettings(memory_limit=1024, cache_path=str(shim.cache)), base=base)
+    code = textwrap.dedent('''
+        ok(cu.cuInit(0))
+        dev = ok(cu.cuDeviceGet(0))
+        first = cu.cuDevicePrimaryCtxRetain(dev)[0].name
+        second = cu.cuCtxCreate(None, 0, dev)[0].name
+        say(first=first, second=second)
+    ''')
+    done = subprocess.run([sys.executable, "-c", PRELUDE + code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"first": "CUDA_ERROR_OUT_OF_MEMORY",
+                                       "second": "CUDA_ERROR_OUT_OF_MEMORY"}
+    assert "over its limit of 1024 bytes" in done.stderr and "1024m is 1024 MiB" in done.stderr

@@ -58,14 +58,17 @@ def test_shim_env_puts_the_shim_first_once(tmp_path):
 
 
 class FakeProbe:
-    """DeviceProbe with fixed device sizes."""
+    """DeviceProbe with fixed device sizes and context costs."""
 
-    def __init__(self, totals):
-        self.totals_, self.asked = totals, None
+    def __init__(self, totals, costs=()):
+        self.totals_, self.costs, self.asked = totals, list(costs), None
 
     def totals(self, env):
         self.asked = env
         return self.totals_
+
+    def context_costs(self, env):
+        return self.costs
 
 
 def test_boundary_implementations_satisfy_their_protocols():
@@ -79,6 +82,24 @@ def test_percent_limits_follow_each_device_and_round_to_mib(tmp_path):
     s = settings_for(args, {"X": "1"}, tmp_path / "c", probe)
     assert s.device_memory_limits == {0: 12288 * M, 1: 4608 * M} and s.sm_limit == 20
     assert probe.asked == {"X": "1"} and s.cache_path == str(tmp_path / "c")
+
+
+@pytest.mark.parametrize("argv, costs, says", [
+    (["--gpu-mem", "1024", "--", "x"], [430 * M], "did you mean --gpu-mem 1024m"),
+    (["--gpu-mem", "300m", "--", "x"], [430 * M, 300 * M], "device 0: a limit of 300 MiB is less "
+     "than the 430 MiB a CUDA context takes"),
+    (["--gpu-mem-percent", "0.5", "--", "x"], [None, 430 * M], "device 1: a limit of 76 MiB"),
+])
+def test_hami_run_refuses_a_cap_below_a_context(tmp_path, argv, costs, says):
+    args = parse_args(argv)
+    with pytest.raises(ShimConfigError, match=says):
+        settings_for(args, {}, tmp_path / "c", FakeProbe([40 * G, 15 * G], costs))
+
+
+def test_hami_run_asks_no_driver_for_caps_that_hold_a_context(tmp_path):
+    probe = FakeProbe([40 * G], costs=[10 * G])  # never consulted: 4 GiB needs no check
+    s = settings_for(parse_args(["--gpu-mem", "4g", "--", "x"]), {}, tmp_path / "c", probe)
+    assert s.memory_limit == 4 * G
 
 
 @pytest.mark.parametrize("argv, says", [

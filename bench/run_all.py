@@ -21,6 +21,7 @@ BENCHES = [
     ("apiserver_throughput.py", []),
     ("shim_overhead.py", []),
     ("throttle_accuracy.py", ["--sim"]),
+    ("torch_shim.py", []),          # PyTorch from `make torch` on the simulated GPU
     ("allocate_latency.py", []),
     ("filter_latency.py", []),
     ("placement_latency.py", []),

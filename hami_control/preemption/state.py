@@ -26,6 +26,7 @@ class Preemptions:
         self.by_uid: dict = {}            # uid -> pod key
         self.budgets: dict = {}           # (namespace, name) -> PdbSpec
         self.recent: deque = deque(maxlen=RECENT)
+        self.version = 0                  # bumped on every change the dashboard shows
 
     # --- the sync --------------------------------------------------------------------------
     def note_pod(self, key: str, pod: dict, deleted: bool) -> None:
@@ -38,6 +39,8 @@ class Preemptions:
             self.metas[key] = meta
             if meta.uid:
                 self.by_uid[meta.uid] = key
+        if (old.nominated if old else "") != (meta.nominated if meta else ""):
+            self.version += 1
         self._preemptor_event(key, meta)
         if meta is None or meta.terminating:
             hit = self.book.proposed_node(key)
@@ -175,6 +178,7 @@ class Preemptions:
 
     # --- reading ---------------------------------------------------------------------------
     def _log(self, event: str, hold: Hold, why: str) -> None:
+        self.version += 1
         self.recent.append({"event": event, "preemptor": hold.preemptor, "node": hold.node,
                             "victims": sorted(hold.victims), "by": hold.by, "why": why,
                             "at": time.time()})

@@ -147,6 +147,10 @@ def test_preempts_exactly_the_pods_on_the_one_gpu_and_holds_the_slice(real_clust
     assert {n: _read(c, ns, n)["metadata"]["uid"] for n in "abde"} == uids
     said = dict(_events(c, ns, "high"))
     assert "hami-control preempts preempt-a/c on node" in said.get("Preempting", ""), said
+    # why hami-control preempts from its filter: kube-scheduler 1.34's own dry run reprieved
+    # every pod (it cannot see the GPUs) and never asked the extender (kubernetes#139270)
+    log = (c.logs / "kube-scheduler.log").read_text(errors="replace")
+    assert f'pod="{ns}/high"' in log and "expected at least one victim pod on node" in log
 
 
 def test_no_preemption_when_the_namespace_quota_forbids(real_cluster, namespaces):

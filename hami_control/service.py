@@ -19,6 +19,7 @@ from hami_control.extender.filter import FilterHandler
 from hami_control.extender.lock import NodeLocker
 from hami_control.extender.preempt import PreemptHandler
 from hami_control.extender.writes import DecisionWriter
+from hami_control.kueue.controller import KueueCheck
 from hami_control.metrics import ControlMetrics
 from hami_control.placement import PlacementError
 from hami_control.placement.registry import SERVER_POLICIES
@@ -100,6 +101,9 @@ class ControlPlane:
                                       self.metrics.result,
                                       leading=lambda: self.leader.is_leader,
                                       preempt=self.preempt), config.max_body)
+        self.kueue = KueueCheck(self.state, api, config.defaults, lambda: self.leader.is_leader,
+                                config.kueue_check, config.kueue_period_s) \
+            if config.kueue_check else None
         self.server: Optional[HttpServer] = None
         self.ca_bundle = WebhookCaBundle(api, config.webhook_configuration,
                                          config.webhook_ca_file, config.webhook_ca_check_s) \
@@ -133,6 +137,8 @@ class ControlPlane:
             self.leader_label(False)
         self.leader.start()
         self.status_writer.start()
+        if self.kueue:
+            self.kueue.start()
         if self.ca_bundle:
             self.ca_bundle.start()
         return self
@@ -147,6 +153,8 @@ class ControlPlane:
         if self.evictor:
             self.evictor.close()
         self.status_writer.stop()
+        if self.kueue:
+            self.kueue.stop()
         if self.ca_bundle:
             self.ca_bundle.stop()
         self.leader.stop()

@@ -231,6 +231,36 @@ class SchedulerState:
         with self.lock:
             return dict(self._limits.get(namespace) or {})
 
+    def fit_all(self, workloads) -> list:
+        """For each kueue.fit.WorkloadPods in turn: (the index of its first pod that fits
+        nowhere, -1 if all fit; why). The pods of a workload that fits stay reserved while the
+        next workloads are tried (two workloads never count on the same room); everything is
+        released before returning."""
+        taken, out = [], []
+        with self.lock:
+            try:
+                for workload in workloads:
+                    mine, failed_at, why = [], -1, ""
+                    for i, (_, request) in enumerate(workload.pods):
+                        if not request.wants_gpu:
+                            continue
+                        probe = dataclasses.replace(request, name=f"{request.name}.kueue-check")
+                        decision = place_within_quota(self.engine, self.view, probe, None,
+                                                      self._limits.get(probe.namespace))
+                        if not decision.ok:
+                            failed_at, why = i, decision.message
+                            break
+                        self.view.reserve(Reservation.of(probe, decision))
+                        mine.append(probe.key)
+                    for key in (mine if failed_at >= 0 else ()):
+                        self.view.release(key)
+                    taken += mine if failed_at < 0 else []
+                    out.append((failed_at, why))
+            finally:
+                for key in taken:
+                    self.view.release(key)
+        return out
+
     # --- preemption ----------------------------------------------------------------------
     def note_pod(self, key: str, pod: dict, deleted: bool) -> None:
         """A pod event for preemption's bookkeeping (priorities, holds); before apply_pod."""

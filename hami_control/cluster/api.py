@@ -102,6 +102,21 @@ class PreemptionApi(Protocol):
 
 
 @runtime_checkable
+class KueueApi(Protocol):
+    """What the Kueue admission check reads and writes (kueue.x-k8s.io/v1beta2)."""
+
+    def list_kueue(self, kind: str) -> list:
+        """Every object of `workloads` or `admissionchecks` (NotFound: no such CRD)."""
+
+    def patch_kueue_status(self, kind: str, namespace: str, name: str, status: dict) -> dict:
+        """Merge-patches the object's status."""
+
+    def json_patch_kueue_status(self, kind: str, namespace: str, name: str,
+                                operations: list) -> dict:
+        """Applies an RFC 6902 patch to the object's status (a failed `test`: Invalid)."""
+
+
+@runtime_checkable
 class QuotaStatusApi(Protocol):
     """What the quota status writer changes: a ResourceQuota's status (HAMi's keys only)."""
 

@@ -248,6 +248,18 @@ class KubeApi:
             body["preconditions"] = {"uid": uid}
         self._request("DELETE", _pod(namespace, name), body)
 
+    def list_kueue(self, kind: str) -> list:
+        return self._request("GET", f"{_KUEUE}/{_q(kind)}").get("items") or []
+
+    def patch_kueue_status(self, kind: str, namespace: str, name: str, status: dict) -> dict:
+        return self._request("PATCH", _kueue(kind, namespace, name) + "/status",
+                             {"status": status}, MERGE_PATCH)
+
+    def json_patch_kueue_status(self, kind: str, namespace: str, name: str,
+                                operations: list) -> dict:
+        return self._request("PATCH", _kueue(kind, namespace, name) + "/status", operations,
+                             JSON_PATCH)
+
     def patch_quota_status(self, namespace: str, name: str, status: dict) -> dict:
         return self._request("PATCH", f"/api/v1/namespaces/{_q(namespace)}/resourcequotas/"
                              f"{_q(name)}/status", {"status": status}, MERGE_PATCH)
@@ -282,6 +294,14 @@ def _q(segment: str) -> str:
 
 def _pod(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+
+
+_KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+
+
+def _kueue(kind: str, namespace: str, name: str) -> str:
+    where = f"/namespaces/{_q(namespace)}" if namespace else ""
+    return f"{_KUEUE}{where}/{_q(kind)}/{_q(name)}"
 
 
 def _lease(namespace: str, name: str) -> str:

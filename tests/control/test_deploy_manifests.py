@@ -135,6 +135,8 @@ NEEDED = [("", "nodes", v) for v in ("get", "list", "watch", "patch")] + \
     [("", "pods", v) for v in ("get", "list", "watch", "patch", "delete")] + \
     [("", "pods/status", "patch")] + \
     [("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch")] + \
+    [("kueue.x-k8s.io", r, v) for r in ("workloads", "admissionchecks") for v in ("get", "list")]\
+    + [("kueue.x-k8s.io", f"{r}/status", "patch") for r in ("workloads", "admissionchecks")] + \
     [("", "bindings", "create"), ("", "events", "create"), ("", "namespaces", "get")] + \
     [("", "resourcequotas", v) for v in ("get", "list", "watch")] + \
     [("", "resourcequotas/status", "patch")] + \

@@ -10,9 +10,9 @@ admits, the Job's pod is placed on that GPU and runs to completion.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
+from k8shelpers import until
 
 from hami_common import constants as C
 from hami_common import pod_devices
@@ -24,14 +24,6 @@ NS, OTHER = "kueue-a", "kueue-b"
 GPU_RESOURCES = (C.RESOURCE_GPU, C.RESOURCE_MEM, C.RESOURCE_CORES)
 
 
-def _wait(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not within {timeout:.0f} s")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +52,7 @@ def queue(real_cluster):
                       "admissionChecksStrategy": {"admissionChecks": [{"name": "gpu-fit"}]}}},
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
              "metadata": {"name": "gpu", "namespace": NS}, "spec": {"clusterQueue": "gpus"}}])
-        _wait(lambda: _active(c), 60, "ClusterQueue active (its check made Active by hami-control)")
+        until(lambda: _active(c), 60, "ClusterQueue active (its check made Active by hami-control)")
         yield c
     finally:
         for ns in (NS, OTHER):
@@ -105,7 +97,7 @@ def test_a_job_no_gpu_can_hold_waits_with_the_reason_and_runs_when_room_appears(
     a100 = [d.id for d in gpus if "A100" in d.type]
     for i, gpu in enumerate(a100):                       # 18960 MiB left on each A100
         _blocker(c, f"block-{i}", gpu)
-    _wait(lambda: all(p["status"].get("phase") == "Running" for p in _pods(c, OTHER)) and
+    until(lambda: all(p["status"].get("phase") == "Running" for p in _pods(c, OTHER)) and
           len(_pods(c, OTHER)) == 2, 180, "the blockers running")
     c.apply([{"apiVersion": "batch/v1", "kind": "Job",
               "metadata": {"name": "train", "namespace": NS,
@@ -117,17 +109,17 @@ def test_a_job_no_gpu_can_hold_waits_with_the_reason_and_runs_when_room_appears(
                       "command": ["python3", "-c", "print('trained')"],
                       "resources": {"limits": {C.RESOURCE_GPU: "1", C.RESOURCE_MEM: "30000",
                                                C.RESOURCE_CORES: "5"}}}]}}}}])
-    state, message = _wait(lambda: (_check_state(c) or ("", ""))[1] and _check_state(c), 90,
+    state, message = until(lambda: (_check_state(c) or ("", ""))[1] and _check_state(c), 90,
                            "the check's verdict")
     assert state == "Pending" and "no GPU can hold pod 1 of 1" in message, message
     assert "CardInsufficientMemory" in message, message
     job = json.loads(c.kubectl("get", "job", "train", "-n", NS, "-o", "json"))
     assert job["spec"]["suspend"] is True and _pods(c, NS) == []     # Kueue's webhook, held
     c.core_v1.delete_namespaced_pod("block-1", OTHER, grace_period_seconds=0)
-    _wait(lambda: (_check_state(c) or ("",))[0] == "Ready", 60, "the check Ready")
-    pod = _wait(lambda: [p for p in _pods(c, NS) if p["status"].get("phase") == "Succeeded"],
+    until(lambda: (_check_state(c) or ("",))[0] == "Ready", 60, "the check Ready")
+    pod = until(lambda: [p for p in _pods(c, NS) if p["status"].get("phase") == "Succeeded"],
                 180, "the job's pod succeeded")[0]
     (ctr,) = pod_devices.decode(pod["metadata"]["annotations"][C.ANNO_DEVICES_ALLOCATED])
     assert ctr[0].uuid == a100[1]
-    _wait(lambda: json.loads(c.kubectl("get", "job", "train", "-n", NS, "-o", "json"))[
+    until(lambda: json.loads(c.kubectl("get", "job", "train", "-n", NS, "-o", "json"))[
         "status"].get("succeeded") == 1, 60, "the job complete")

@@ -13,6 +13,7 @@ import json
 import time
 
 import pytest
+from k8shelpers import until
 
 from hami_common import constants as C
 from hami_common import pod_devices
@@ -26,14 +27,6 @@ STUBBORN = ["python3", "-c", "import signal, time; signal.signal(signal.SIGTERM,
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
 
 
-def _wait(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not within {timeout:.0f} s")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +48,7 @@ def namespaces(real_cluster, classes):
         for name in names:
             real_cluster.core_v1.create_namespace({"metadata": {"name": name}})
             made.append(name)
-            _wait(lambda: "default" in real_cluster.kubectl(
+            until(lambda: "default" in real_cluster.kubectl(
                 "get", "serviceaccount", "-n", name, "-o", "name", check=False), 60, "SA")
         if quota:
             real_cluster.core_v1.create_namespaced_resource_quota(names[0], {
@@ -127,17 +120,17 @@ def test_preempts_exactly_the_pods_on_the_one_gpu_and_holds_the_slice(real_clust
     _pod(c, ns, "c", 30000, LOW, g1, command=STUBBORN, grace=8)
     _pod(c, ns, "d", 8000, HIGH, g1)
     _pod(c, ns, "e", 4000, LOW, t0)
-    _wait(lambda: _running(c, ns, "a", "b", "c", "d", "e"), 180, "the five pods running")
+    until(lambda: _running(c, ns, "a", "b", "c", "d", "e"), 180, "the five pods running")
     uids = {n: _read(c, ns, n)["metadata"]["uid"] for n in "abde"}
     _pod(c, ns, "high", 30000, HIGH, gputype="A100")
-    victim = _wait(lambda: (_read(c, ns, "c") or {}).get("metadata", {}).get(
+    victim = until(lambda: (_read(c, ns, "c") or {}).get("metadata", {}).get(
         "deletionTimestamp") and _read(c, ns, "c"), 120, "c terminating")
     assert {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"} \
         .items() <= next(x for x in victim["status"]["conditions"]
                          if x["type"] == "DisruptionTarget").items()
     # while c takes its grace period to end, a third pod asks for that GPU's slice
     _pod(c, ns, "third", 20000, LOW, g1)
-    high = _wait(lambda: _running(c, ns, "high") and _read(c, ns, "high"), 180, "high running")
+    high = until(lambda: _running(c, ns, "high") and _read(c, ns, "high"), 180, "high running")
     assert _gpu_of(high) == g1 and _read(c, ns, "c") is None
     assert high["status"].get("nominatedNodeName") in (None, "", high["spec"]["nodeName"])
     third = _read(c, ns, "third")
@@ -159,12 +152,12 @@ def test_no_preemption_when_the_namespace_quota_forbids(real_cluster, namespaces
     (g0, g1), _ = _gpus(c)
     _pod(c, "preempt-o", "x", 36000, LOW, g0)
     _pod(c, "preempt-o", "y", 36000, LOW, g1)
-    _wait(lambda: _running(c, "preempt-o", "x", "y"), 180, "x and y running")
+    until(lambda: _running(c, "preempt-o", "x", "y"), 180, "x and y running")
     _pod(c, "preempt-q", "big", 20000, HIGH, gputype="A100")
 
     def refusals():
         return [m for r, m in _events(c, "preempt-q", "big") if r == "FailedScheduling"]
-    message = _wait(refusals, 120, "big refused")[0]
+    message = until(refusals, 120, "big refused")[0]
     assert "ResourceQuotaNotFit" in message and "preempting" not in message
     time.sleep(12)                             # kube-scheduler retries it (backoff 1, 2, 4 s)
     assert _running(c, "preempt-o", "x", "y")

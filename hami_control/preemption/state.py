@@ -2,7 +2,7 @@
 budgets, holds) and the steps that change it. Every method runs under the SchedulerState's
 lock: the state calls them from its own methods, the handlers through `state.lock`."""
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import replace
 from typing import Callable, Optional
 
@@ -27,16 +27,22 @@ class Preemptions:
         self.budgets: dict = {}           # (namespace, name) -> PdbSpec
         self.recent: deque = deque(maxlen=RECENT)
         self.version = 0                  # bumped on every change the dashboard shows
+        self._priorities: Counter = Counter()     # priority -> pods known with it
 
     # --- the sync --------------------------------------------------------------------------
     def note_pod(self, key: str, pod: dict, deleted: bool) -> None:
         """A pod event: its metadata, and what it means for holds and proposals."""
         old = self.metas.pop(key, None) if deleted else self.metas.get(key)
-        if old is not None and self.by_uid.get(old.uid) == key:
-            del self.by_uid[old.uid]
+        if old is not None:
+            self._priorities[old.priority] -= 1
+            if not self._priorities[old.priority]:
+                del self._priorities[old.priority]
+            if self.by_uid.get(old.uid) == key:
+                del self.by_uid[old.uid]
         meta = None if deleted else PodMeta.of(pod)
         if meta is not None:
             self.metas[key] = meta
+            self._priorities[meta.priority] += 1
             if meta.uid:
                 self.by_uid[meta.uid] = key
         if (old.nominated if old else "") != (meta.nominated if meta else ""):
@@ -134,8 +140,15 @@ class Preemptions:
             return None
         return QuotaRule(namespace, limits, self.state.view.namespace_used(namespace))
 
+    def could_preempt(self, priority: int) -> bool:
+        """Whether any pod known has a lower priority (most refused pods stop here: a
+        cluster's pods mostly share the lowest priority)."""
+        return any(p < priority for p in self._priorities)
+
     def plan(self, request, priority: int, nodes) -> tuple:
         """(best NodePlan or None, node -> why not) for a pod that fits nowhere now."""
+        if not self.could_preempt(priority):
+            return None, {}
         return best_plan(self.state.view, self.metas, self.book, request, priority, nodes,
                          list(self.budgets.values()), self._quota(request.namespace),
                          self.state.resources, self.budget)

@@ -7,7 +7,10 @@ RBAC is not applied), its webhooks reached by URL on 127.0.0.1 with a certificat
 cluster's CA (Kueue's internal certificate management needs a Service). Kueue reads its
 metrics certificate from a fixed path, /etc/kueue/metrics/certs, when it does not manage
 certificates itself: the manager runs in a mount namespace of its own where an overlay on /etc
-holds that file, so the host's /etc is never written.
+holds that file, so the host's /etc is never written. Its visibility API (an aggregated API
+server with another fixed certificate path, /visibility) is turned off
+(`VisibilityOnDemand=false`): nothing here uses it. The CRDs are the module's bases, without
+the conversion webhook: everything here reads and writes v1beta2, their storage version.
 """
 from __future__ import annotations
 
@@ -70,7 +73,7 @@ def _argv(binary: str, root: Path, config: Path, kubeconfig: Path, ports: dict) 
               f"workdir={root}/etc-work /etc && mkdir -p /etc/kueue/metrics/certs && "
               f"cp {certs}/tls.crt {certs}/tls.key /etc/kueue/metrics/certs/ && "
               f"exec {shlex.quote(binary)} --config={config} --kubeconfig={kubeconfig} "
-              f"--visibility-server-port={ports['visibility']} --zap-log-level=2")
+              "--feature-gates=VisibilityOnDemand=false --zap-log-level=2")
     return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script]
 
 
@@ -89,7 +92,7 @@ def start(c) -> None:
     crt, key = serving(c.pki, "kueue-webhook", ("localhost",), ("127.0.0.1",))
     (root / "certs" / "tls.crt").write_bytes(crt.read_bytes())
     (root / "certs" / "tls.key").write_bytes(key.read_bytes())
-    ports = {"health": free_port(), "webhook": free_port(), "visibility": free_port()}
+    ports = {"health": free_port(), "webhook": free_port()}
     config = write_json(root / "config.yaml", _configuration(root, ports))
     proc = c.spawn("kueue", _argv(binary, root, config, c.kubeconfig, ports))
     wait_for("Kueue's manager ready", lambda: _ready(ports["health"]), 120,

@@ -38,6 +38,15 @@ def _gone(state, name, ns="t"):
     state.apply_pod(f"{ns}/{name}", None, None, deleted=True)
 
 
+def _full(state):
+    """Both GPUs 35000 of 40000 MiB full of priority-0 pods; `high` (30000 MiB, priority 100)
+    preempted for: its plan."""
+    _pod(state, "a", 0, "G0", 35000)
+    _pod(state, "b", 0, "G1", 35000)
+    plan, _ = state.preempt(request(name="high", mem=30000, cores=10), 100, ["n"])
+    return plan
+
+
 def _decide(state, name, mem, prio=0):
     req = request(name=name, mem=mem, cores=10)
     placement = state.decide(req, ["n"])
@@ -48,9 +57,7 @@ def _decide(state, name, mem, prio=0):
 def test_the_freed_slice_waits_for_its_preemptor_and_nobody_else():
     clock = Clock()
     state = _state(clock)
-    _pod(state, "a", 0, "G0", 35000)
-    _pod(state, "b", 0, "G1", 35000)
-    plan, _ = state.preempt(request(name="high", mem=30000, cores=10), 100, ["n"])
+    plan = _full(state)
     assert plan is not None and len(plan.victims) == 1
     victim = plan.victims[0].key.split("/")[1]
     _gone(state, victim)
@@ -67,9 +74,7 @@ def test_the_freed_slice_waits_for_its_preemptor_and_nobody_else():
 def test_a_hold_that_nobody_comes_for_ends_after_the_linger():
     clock = Clock()
     state = _state(clock)
-    _pod(state, "a", 0, "G0", 35000)
-    _pod(state, "b", 0, "G1", 35000)
-    plan, _ = state.preempt(request(name="high", mem=30000, cores=10), 100, ["n"])
+    plan = _full(state)
     _gone(state, plan.victims[0].key.split("/")[1])
     clock.now += 29
     assert not _decide(state, "third", 30000).ok
@@ -80,9 +85,7 @@ def test_a_hold_that_nobody_comes_for_ends_after_the_linger():
 
 def test_a_hold_ends_when_its_pod_is_bound_elsewhere():
     state = _state(Clock())
-    _pod(state, "a", 0, "G0", 35000)
-    _pod(state, "b", 0, "G1", 35000)
-    state.preempt(request(name="high", mem=30000, cores=10), 100, ["n"])
+    _full(state)
     state.note_pod("t/high", {"metadata": {"name": "high", "namespace": "t"},
                               "spec": {"priority": 100, "nodeName": "other"}}, False)
     assert state.hold_of("t/high") is None

@@ -81,19 +81,7 @@ class ControlPlane:
                             max_waiters=config.threads // 2,
                             changed=self.sync.wait_node_change)
         self.writer = DecisionWriter()
-        self.evictor = Evictor(api, clock, config.scheduler_name) \
-            if config.preemption == "auto" else None
-        self.filter = FilterHandler(
-            self.state, api, self.leader, clock, config.defaults, self.metrics,
-            synced=lambda: self.sync.synced, writer=self.writer, scheduler=config.scheduler_name,
-            preemption=FilterPreemption(self.state, self.evictor) if self.evictor else None)
-        self.preempt = PreemptHandler(self.state, self.leader, config.defaults, self.metrics,
-                                      synced=lambda: self.sync.synced,
-                                      enabled=config.preemption != "off")
-        self.bind = BindHandler(self.state, api, self.leader, locker, clock,
-                                config.scheduler_name, config.defaults, self.metrics,
-                                synced=lambda: self.sync.synced, writer=self.writer,
-                                asked_no_gpu=self.filter.asked_no_gpu)
+        self._extender(config, api, clock, locker)
         self.webhook = Webhook(config.scheduler_name, config.defaults,
                                NamespaceLabels(api, clock), config.runtime_class)
         self.app = make_app(Endpoints(self.webhook, self._filter(), self.bind, self.healthz,
@@ -108,6 +96,22 @@ class ControlPlane:
         self.ca_bundle = WebhookCaBundle(api, config.webhook_configuration,
                                          config.webhook_ca_file, config.webhook_ca_check_s) \
             if config.webhook_configuration else None
+
+    def _extender(self, config: ControlConfig, api, clock, locker) -> None:
+        """The filter (with preemption in `auto` mode), preempt and bind handlers."""
+        self.evictor = Evictor(api, clock, config.scheduler_name) \
+            if config.preemption == "auto" else None
+        self.filter = FilterHandler(
+            self.state, api, self.leader, clock, config.defaults, self.metrics,
+            synced=lambda: self.sync.synced, writer=self.writer, scheduler=config.scheduler_name,
+            preemption=FilterPreemption(self.state, self.evictor) if self.evictor else None)
+        self.preempt = PreemptHandler(self.state, self.leader, config.defaults, self.metrics,
+                                      synced=lambda: self.sync.synced,
+                                      enabled=config.preemption != "off")
+        self.bind = BindHandler(self.state, api, self.leader, locker, clock,
+                                config.scheduler_name, config.defaults, self.metrics,
+                                synced=lambda: self.sync.synced, writer=self.writer,
+                                asked_no_gpu=self.filter.asked_no_gpu)
 
     def _on_pod(self, pod: dict, deleted: bool) -> None:
         self.stranded.on_pod(pod, deleted)

@@ -16,6 +16,7 @@ from hami_common.request import RequestDefaults
 from hami_control.errors import ConfigError
 
 DEFAULT_LISTEN = "127.0.0.1:9443"
+PREEMPTION_MODES = ("auto", "verb", "off")
 MAX_BODY = 1 << 20
 
 
@@ -63,6 +64,10 @@ class ControlConfig:
     all_pods: bool = False
     track_resources: bool = True
     quotas: bool = True
+    preemption: str = "auto"            # auto | verb | off (docs/preemption.md)
+    preemption_linger_s: float = 30.0
+    kueue_check: str = "hami.io/gpu-fit"    # Kueue admission check controllerName; "" = off
+    kueue_period_s: float = 2.0
     status_period_s: float = 5.0
     handshake_interval_s: float = 30.0
     lock_expiry_s: float = 300.0
@@ -122,6 +127,20 @@ def parser() -> argparse.ArgumentParser:
                    help="enforce namespace GPU quotas from ResourceQuota objects "
                         "(limits.nvidia.com/gpu, gpumem, gpucores; watches resourcequotas; "
                         "default on)")
+    p.add_argument("--preemption", choices=PREEMPTION_MODES, default="auto",
+                   help="GPU-aware preemption: auto (the filter preempts for a pod that fits "
+                        "nowhere, and the preempt verb answers kube-scheduler), verb (only "
+                        "answer kube-scheduler's preempt verb), off (neither; default auto)")
+    p.add_argument("--preemption-linger", type=float, default=30.0, metavar="SECONDS",
+                   help="how long slices freed by preemption stay held for their pod after "
+                        "its last victim went, if it is not placed (default 30)")
+    p.add_argument("--kueue-admission-check", default="hami.io/gpu-fit", metavar="CONTROLLER",
+                   help="act as the Kueue admission check controller of that controllerName: "
+                        "a workload is admitted once a GPU fits each of its pods (empty: off; "
+                        "default hami.io/gpu-fit)")
+    p.add_argument("--kueue-check-period", type=float, default=2.0, metavar="SECONDS",
+                   help="how often the leader looks at workloads waiting on the check "
+                        "(default 2)")
     p.add_argument("--status-period", type=float, default=5.0, metavar="SECONDS",
                    help="on the leader, write each quota's GPU use into its status and each "
                         "node's allocation summary (annotation hami.io/node-gpu-allocated) "
@@ -300,6 +319,10 @@ def from_args(argv) -> ControlConfig:
         gpu_policy=args.gpu_scheduler_policy, defaults=defaults, lease=_lease(args),
         resync_s=_positive("--resync-period", args.resync_period), all_pods=args.all_pods,
         track_resources=args.track_cpu_memory, quotas=args.quotas,
+        preemption=args.preemption,
+        preemption_linger_s=_positive("--preemption-linger", args.preemption_linger),
+        kueue_check=args.kueue_admission_check,
+        kueue_period_s=_positive("--kueue-check-period", args.kueue_check_period),
         status_period_s=_positive("--status-period", args.status_period, True),
         handshake_interval_s=_positive("--handshake-interval", args.handshake_interval, True),
         lock_expiry_s=_positive("--lock-expiry", args.lock_expiry),

@@ -17,10 +17,14 @@ from hami_control.errors import ConfigError
 from hami_control.extender.bind import BindHandler
 from hami_control.extender.filter import FilterHandler
 from hami_control.extender.lock import NodeLocker
+from hami_control.extender.preempt import PreemptHandler
 from hami_control.extender.writes import DecisionWriter
+from hami_control.kueue.controller import KueueCheck
 from hami_control.metrics import ControlMetrics
 from hami_control.placement import PlacementError
 from hami_control.placement.registry import SERVER_POLICIES
+from hami_control.preemption.evict import Evictor
+from hami_control.preemption.trigger import FilterPreemption
 from hami_control.server.app import Endpoints, make_app
 from hami_control.server.wsgi import HttpServer
 from hami_control.state import make_state
@@ -37,7 +41,8 @@ def _state(config: ControlConfig):
             raise ConfigError(flag, f"unknown policy {name!r}; use one of "
                                     f"{', '.join(SERVER_POLICIES)}")
     try:
-        return make_state(config.node_policy, config.gpu_policy, config.track_resources)
+        return make_state(config.node_policy, config.gpu_policy, config.track_resources,
+                          config.preemption_linger_s)
     except PlacementError as e:
         raise ConfigError("--node-scheduler-policy/--gpu-scheduler-policy", str(e)) from e
 
@@ -63,7 +68,8 @@ class ControlPlane:
                                 is_leader=lambda: self.leader.is_leader,
                                 pods=PodScope(config.scheduler_name, config.track_resources,
                                               config.all_pods),
-                                quotas=config.quotas, on_pod=self._on_pod)
+                                quotas=config.quotas, budgets=config.preemption != "off",
+                                on_pod=self._on_pod)
         self.status_writer = StatusWriter(self.state, api, config.status_period_s,
                                           is_leader=lambda: self.leader.is_leader,
                                           quotas=config.quotas, node_info=self.sync.node_info)
@@ -75,23 +81,37 @@ class ControlPlane:
                             max_waiters=config.threads // 2,
                             changed=self.sync.wait_node_change)
         self.writer = DecisionWriter()
-        self.filter = FilterHandler(self.state, api, self.leader, clock, config.defaults,
-                                    self.metrics, synced=lambda: self.sync.synced,
-                                    writer=self.writer, scheduler=config.scheduler_name)
-        self.bind = BindHandler(self.state, api, self.leader, locker, clock,
-                                config.scheduler_name, config.defaults, self.metrics,
-                                synced=lambda: self.sync.synced, writer=self.writer,
-                                asked_no_gpu=self.filter.asked_no_gpu)
+        self._extender(config, api, clock, locker)
         self.webhook = Webhook(config.scheduler_name, config.defaults,
                                NamespaceLabels(api, clock), config.runtime_class)
         self.app = make_app(Endpoints(self.webhook, self._filter(), self.bind, self.healthz,
                                       self.readyz, self.metrics.render, self.metrics.observe,
                                       self.metrics.result,
-                                      leading=lambda: self.leader.is_leader), config.max_body)
+                                      leading=lambda: self.leader.is_leader,
+                                      preempt=self.preempt), config.max_body)
+        self.kueue = KueueCheck(self.state, api, config.defaults, lambda: self.leader.is_leader,
+                                config.kueue_check, config.kueue_period_s) \
+            if config.kueue_check else None
         self.server: Optional[HttpServer] = None
         self.ca_bundle = WebhookCaBundle(api, config.webhook_configuration,
                                          config.webhook_ca_file, config.webhook_ca_check_s) \
             if config.webhook_configuration else None
+
+    def _extender(self, config: ControlConfig, api, clock, locker) -> None:
+        """The filter (with preemption in `auto` mode), preempt and bind handlers."""
+        self.evictor = Evictor(api, clock, config.scheduler_name) \
+            if config.preemption == "auto" else None
+        self.filter = FilterHandler(
+            self.state, api, self.leader, clock, config.defaults, self.metrics,
+            synced=lambda: self.sync.synced, writer=self.writer, scheduler=config.scheduler_name,
+            preemption=FilterPreemption(self.state, self.evictor) if self.evictor else None)
+        self.preempt = PreemptHandler(self.state, self.leader, config.defaults, self.metrics,
+                                      synced=lambda: self.sync.synced,
+                                      enabled=config.preemption != "off")
+        self.bind = BindHandler(self.state, api, self.leader, locker, clock,
+                                config.scheduler_name, config.defaults, self.metrics,
+                                synced=lambda: self.sync.synced, writer=self.writer,
+                                asked_no_gpu=self.filter.asked_no_gpu)
 
     def _on_pod(self, pod: dict, deleted: bool) -> None:
         self.stranded.on_pod(pod, deleted)
@@ -121,6 +141,8 @@ class ControlPlane:
             self.leader_label(False)
         self.leader.start()
         self.status_writer.start()
+        if self.kueue:
+            self.kueue.start()
         if self.ca_bundle:
             self.ca_bundle.start()
         return self
@@ -132,7 +154,11 @@ class ControlPlane:
         if self.dashboard:
             self.dashboard.stop()
         self.writer.close()
+        if self.evictor:
+            self.evictor.close()
         self.status_writer.stop()
+        if self.kueue:
+            self.kueue.stop()
         if self.ca_bundle:
             self.ca_bundle.stop()
         self.leader.stop()

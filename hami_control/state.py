@@ -13,21 +13,25 @@ With `resources` the view also holds the nodes' CPU and memory and every bound p
 the engine then scores with them (fragaware sees GPUs that CPU or memory would strand) and
 checks them a second time (kube-scheduler has checked them before the filter).
 """
+import dataclasses
 import itertools
 import threading
+import time
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
 from hami_control.placement.quota import effective_limits, node_summary, place_within_quota
+from hami_control.preemption.state import Preemptions
 
 
 def make_state(node_policy: str = "fragaware", gpu_policy: str = "fragaware",
-               resources: bool = True) -> "SchedulerState":
+               resources: bool = True, linger_s: float = 30.0) -> "SchedulerState":
     """The server's state: one engine that explains refusals. PlacementError for an unknown
     policy name."""
     return SchedulerState(Engine(PlacementConfig(
-        node_policy=node_policy, gpu_policy=gpu_policy, resource_fit=resources)))
+        node_policy=node_policy, gpu_policy=gpu_policy, resource_fit=resources)),
+        linger_s=linger_s)
 
 
 @dataclass
@@ -53,7 +57,8 @@ class Placement:
 class SchedulerState:
     """The cluster view, the engine, and the bookkeeping that keeps them consistent."""
 
-    def __init__(self, engine: Engine, view: Optional[ClusterView] = None):
+    def __init__(self, engine: Engine, view: Optional[ClusterView] = None,
+                 clock: Callable[[], float] = time.monotonic, linger_s: float = 30.0):
         self.engine = engine
         self.view = view or ClusterView()
         self.lock = threading.RLock()
@@ -62,6 +67,7 @@ class SchedulerState:
         self._tokens = itertools.count(1)
         self._quotas: dict = {}           # namespace -> {quota name: QuotaSpec}
         self._limits: dict = {}           # namespace -> effective limits (key -> value)
+        self.preemption = Preemptions(self, clock, linger_s)
 
     @property
     def resources(self) -> bool:
@@ -103,7 +109,7 @@ class SchedulerState:
         """Applies what the API server says a pod holds (None: nothing)."""
         with self.lock:
             if deleted:
-                self.view.release(key)
+                self.preemption.release(key)
                 self._pods.pop(key, None)
                 return
             record = self._pods.setdefault(key, _PodRecord())
@@ -121,7 +127,10 @@ class SchedulerState:
         if current == reservation:
             return
         if current is not None:
-            self.view.release(key)
+            if reservation is None:
+                self.preemption.release(key)     # a victim's slices stay held
+            else:
+                self.view.release(key)
         if reservation is not None:
             self.view.reserve(reservation)
 
@@ -136,7 +145,7 @@ class SchedulerState:
                 if record.pending or (record.rv is not None and list_rv is not None
                                       and record.rv > list_rv):
                     continue
-                self.view.release(key)
+                self.preemption.release(key)
                 del self._pods[key]
                 gone += 1
         return gone
@@ -184,23 +193,127 @@ class SchedulerState:
 
     # --- filter --------------------------------------------------------------------------
     def decide(self, request, nodes: Optional[Iterable[str]]) -> Placement:
-        """Releases the pod's earlier reservation, places it within its namespace's quota,
-        reserves the result at once (so that it counts against the quota for the next pod), and
-        marks the pod pending until `confirm` or `rollback`."""
+        """Releases the pod's earlier reservation (and the slices preemption holds for it),
+        places it within its namespace's quota (on its hold's node first), reserves the result
+        at once (so that it counts against the quota for the next pod), and marks the pod
+        pending until `confirm` or `rollback`."""
         with self.lock:
+            self.preemption.expire()         # holds matter to filters only: end stale ones here
             previous = self.view.release(request.key)
+            held = self.preemption.take(request.key)
             try:
-                decision = place_within_quota(self.engine, self.view, request, nodes,
-                                              self._limits.get(request.namespace))
+                decision = self._place(request, nodes)
             except Exception:
                 if previous is not None:
                     self.view.reserve(previous)
+                self.preemption.restore(held)
                 raise
             if decision.ok:
                 self.view.reserve(Reservation.of(request, decision))
+                self.preemption.placed(request.key, decision.node)
+            else:
+                self.preemption.restore(held)
             token = next(self._tokens)
             self._pods.setdefault(request.key, _PodRecord()).pending = token
             return Placement(decision, previous, token)
+
+    def _place(self, request, nodes):
+        limits = self._limits.get(request.namespace)
+        hold = self.preemption.hold_of(request.key)
+        if hold is not None and (nodes is None or hold.node in nodes):
+            decision = place_within_quota(self.engine, self.view, request, [hold.node], limits)
+            if decision.ok:
+                return decision
+        return place_within_quota(self.engine, self.view, request, nodes, limits)
+
+    def namespace_limits(self, namespace: str) -> dict:
+        """The namespace's effective GPU quota limits (empty: none)."""
+        with self.lock:
+            return dict(self._limits.get(namespace) or {})
+
+    def fit_all(self, workloads) -> list:
+        """For each kueue.fit.WorkloadPods in turn: (the index of its first pod that fits
+        nowhere, -1 if all fit; why). The pods of a workload that fits stay reserved while the
+        next workloads are tried (two workloads never count on the same room); everything is
+        released before returning."""
+        taken, out = [], []
+        with self.lock:
+            try:
+                for workload in workloads:
+                    mine, failed_at, why = [], -1, ""
+                    for i, (_, request) in enumerate(workload.pods):
+                        if not request.wants_gpu:
+                            continue
+                        probe = dataclasses.replace(request, name=f"{request.name}.kueue-check")
+                        decision = place_within_quota(self.engine, self.view, probe, None,
+                                                      self._limits.get(probe.namespace))
+                        if not decision.ok:
+                            failed_at, why = i, decision.message
+                            break
+                        self.view.reserve(Reservation.of(probe, decision))
+                        mine.append(probe.key)
+                    for key in (mine if failed_at >= 0 else ()):
+                        self.view.release(key)
+                    taken += mine if failed_at < 0 else []
+                    out.append((failed_at, why))
+            finally:
+                for key in taken:
+                    self.view.release(key)
+        return out
+
+    # --- preemption ----------------------------------------------------------------------
+    def note_pod(self, key: str, pod: dict, deleted: bool) -> None:
+        """A pod event for preemption's bookkeeping (priorities, holds); before apply_pod."""
+        with self.lock:
+            self.preemption.note_pod(key, pod, deleted)
+
+    def apply_budget(self, namespace: str, name: str, spec) -> None:
+        """A PodDisruptionBudget (None: deleted)."""
+        with self.lock:
+            self.preemption.apply_budget(namespace, name, spec)
+
+    def reconcile_budgets(self, listed) -> None:
+        """After a relist: forgets the budgets the list lacks."""
+        present = set(listed)
+        with self.lock:
+            for ns_name in [k for k in self.preemption.budgets if k not in present]:
+                self.preemption.apply_budget(*ns_name, None)
+
+    def preempt_answer(self, request, priority: int, offered_uids: dict) -> dict:
+        """The preempt verb: node -> NodePlan for kube-scheduler's offer (node -> its victims'
+        UIDs; UIDs the view does not know stay as `uid:<UID>`)."""
+        with self.lock:
+            by_uid = self.preemption.by_uid
+            offered = {node: [by_uid.get(uid, f"uid:{uid}") for uid in uids]
+                       for node, uids in offered_uids.items()}
+            return self.preemption.answer(request, priority, offered)
+
+    def hold_of(self, key: str):
+        """A copy of the pod's hold (None: none)."""
+        with self.lock:
+            hold = self.preemption.hold_of(key)
+            return None if hold is None else dataclasses.replace(hold, gone=set(hold.gone))
+
+    def expire_holds(self) -> None:
+        """Ends holds that nobody came for."""
+        with self.lock:
+            self.preemption.expire()
+
+    def preemption_snapshot(self) -> dict:
+        """Holds, nominated pods and recent preemption decisions."""
+        with self.lock:
+            return self.preemption.snapshot()
+
+    def preempt(self, request, priority: int, nodes) -> tuple:
+        """For a pod that fits nowhere: (the plan carried out, or None; node -> why not). A
+        plan found is recorded as the pod's hold at once."""
+        with self.lock:
+            if self.preemption.hold_of(request.key) is not None:
+                return None, {}
+            plan, why = self.preemption.plan(request, priority, nodes)
+            if plan is not None:
+                self.preemption.start(request, plan)
+            return plan, why
 
     def confirm(self, key: str, token: int, rv: Optional[int]) -> None:
         """The filter's write landed at version rv: the reservation stands."""

@@ -111,6 +111,14 @@ class ExtenderClient(JsonHttp):
         return self._ok("/bind", {"PodName": name, "PodNamespace": namespace, "PodUID": uid,
                                   "Node": node})
 
+    def preempt(self, pod: dict, victims: dict, violations: dict | None = None) -> dict:
+        """ExtenderPreemptionResult for kube-scheduler's proposal (nodeCacheCapable): node ->
+        the UIDs of its victims there."""
+        meta = {node: {"Pods": [{"UID": uid} for uid in uids],
+                       "NumPDBViolations": (violations or {}).get(node, 0)}
+                for node, uids in victims.items()}
+        return self._ok("/preempt", {"Pod": pod, "NodeNameToMetaVictims": meta})
+
 
 def patched_pod(pod: dict, response: dict) -> dict | None:
     """A copy of pod with the JSON patch of an AdmissionReview response applied, or None when

@@ -87,6 +87,36 @@ class PodNodeApi(Protocol):
 
 
 @runtime_checkable
+class PreemptionApi(Protocol):
+    """What preemption changes: the victims (a condition, their deletion), the preemptor's
+    nominated node, events."""
+
+    def patch_pod_status(self, namespace: str, name: str, status: dict) -> dict:
+        """Strategic-merge-patches the pod's status (conditions merge by type)."""
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Deletes the pod (graceful), only if it still has that UID (NotFound, Conflict)."""
+
+    def create_event(self, namespace: str, event: dict) -> None:
+        """Records a core/v1 Event."""
+
+
+@runtime_checkable
+class KueueApi(Protocol):
+    """What the Kueue admission check reads and writes (kueue.x-k8s.io/v1beta2)."""
+
+    def list_kueue(self, kind: str) -> list:
+        """Every object of `workloads` or `admissionchecks` (NotFound: no such CRD)."""
+
+    def patch_kueue_status(self, kind: str, namespace: str, name: str, status: dict) -> dict:
+        """Merge-patches the object's status."""
+
+    def json_patch_kueue_status(self, kind: str, namespace: str, name: str,
+                                operations: list) -> dict:
+        """Applies an RFC 6902 patch to the object's status (a failed `test`: Invalid)."""
+
+
+@runtime_checkable
 class QuotaStatusApi(Protocol):
     """What the quota status writer changes: a ResourceQuota's status (HAMi's keys only)."""
 

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _ERRORS = {404: NotFound, 409: Conflict, 410: Expired, 422: Invalid}
 _POOL_SIZE = 32          # concurrent binds + two long watches share one connection pool
 
@@ -133,7 +134,12 @@ class KubeApi:
             return self._core.list_pod_for_all_namespaces
         if kind == "resourcequotas":
             return self._core.list_resource_quota_for_all_namespaces
-        raise ValueError(f"cannot list {kind!r}; nodes, pods or resourcequotas")
+        if kind == "poddisruptionbudgets":
+            from kubernetes import client
+            return client.PolicyV1Api(self._client).\
+                list_pod_disruption_budget_for_all_namespaces
+        raise ValueError(f"cannot list {kind!r}; nodes, pods, resourcequotas or "
+                         "poddisruptionbudgets")
 
     def list(self, kind: str, field_selector: str = "") -> tuple:
         """Every object, in pages (a large cluster's pods in one answer cost the API server
@@ -232,6 +238,28 @@ class KubeApi:
     def create_event(self, namespace: str, event: dict) -> None:
         self._request("POST", f"/api/v1/namespaces/{_q(namespace)}/events", event)
 
+    def patch_pod_status(self, namespace: str, name: str, status: dict) -> dict:
+        return self._request("PATCH", _pod(namespace, name) + "/status", {"status": status},
+                             STRATEGIC_PATCH)
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        self._request("DELETE", _pod(namespace, name), body)
+
+    def list_kueue(self, kind: str) -> list:
+        return self._request("GET", f"{_KUEUE}/{_q(kind)}").get("items") or []
+
+    def patch_kueue_status(self, kind: str, namespace: str, name: str, status: dict) -> dict:
+        return self._request("PATCH", _kueue(kind, namespace, name) + "/status",
+                             {"status": status}, MERGE_PATCH)
+
+    def json_patch_kueue_status(self, kind: str, namespace: str, name: str,
+                                operations: list) -> dict:
+        return self._request("PATCH", _kueue(kind, namespace, name) + "/status", operations,
+                             JSON_PATCH)
+
     def patch_quota_status(self, namespace: str, name: str, status: dict) -> dict:
         return self._request("PATCH", f"/api/v1/namespaces/{_q(namespace)}/resourcequotas/"
                              f"{_q(name)}/status", {"status": status}, MERGE_PATCH)
@@ -266,6 +294,14 @@ def _q(segment: str) -> str:
 
 def _pod(namespace: str, name: str) -> str:
     return f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
+
+
+_KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
+
+
+def _kueue(kind: str, namespace: str, name: str) -> str:
+    where = f"/namespaces/{_q(namespace)}" if namespace else ""
+    return f"{_KUEUE}{where}/{_q(kind)}/{_q(name)}"
 
 
 def _lease(namespace: str, name: str) -> str:

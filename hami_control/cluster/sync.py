@@ -20,11 +20,13 @@ from hami_control.cluster.api import ApiError, Expired
 from hami_control.cluster.objects import (annotations, pod_key, registration_source,
                                           resource_version, scheduler_name)
 from hami_control.placement.annotations import node_registration, pod_reservation
+from hami_control.placement.pdb import parse_pdb
 from hami_control.placement.quota import parse_quota
 
 log = logging.getLogger(__name__)
 KINDS = ("nodes", "pods")
 QUOTAS = "resourcequotas"
+BUDGETS = "poddisruptionbudgets"
 # The pods kube-scheduler's own informer watches: "status.phase!=Succeeded,status.phase!=Failed".
 UNFINISHED = ",".join(f"status.phase!={phase}" for phase in POD_FINISHED_PHASES)
 
@@ -73,13 +75,13 @@ class ClusterSync:
     def __init__(self, source, state, clock: Clock = SystemClock(), resync_s: float = 300.0,
                  handshake_interval_s: float = 30.0, writer=None,
                  is_leader: Callable[[], bool] = lambda: True, backoff_s: float = 1.0,
-                 pods: PodScope = PodScope(), quotas: bool = True,
+                 pods: PodScope = PodScope(), quotas: bool = True, budgets: bool = False,
                  on_pod: Callable[[dict, bool], None] = lambda pod, deleted: None):
         self.source, self.state, self.clock = source, state, clock
         self.resync_s, self.backoff_s = resync_s, backoff_s
         self.pods, self.on_pod = pods, on_pod
-        self.kinds = KINDS + ((QUOTAS,) if quotas else ())
-        self.selectors = {"nodes": "", "pods": pods.selector, QUOTAS: ""}
+        self.kinds = KINDS + ((QUOTAS,) if quotas else ()) + ((BUDGETS,) if budgets else ())
+        self.selectors = {"nodes": "", "pods": pods.selector, QUOTAS: "", BUDGETS: ""}
         self.handshake_interval_s, self.writer, self.is_leader = \
             handshake_interval_s, writer, is_leader
         self._nodes: dict = {}
@@ -162,7 +164,9 @@ class ClusterSync:
             if gone:
                 log.info("relist: %d pods were deleted while unwatched; released", gone)
         elif kind == QUOTAS:
-            self.state.reconcile_quotas(_quota_id(o) for o in items)
+            self.state.reconcile_quotas(_namespaced_id(o) for o in items)
+        elif kind == BUDGETS:
+            self.state.reconcile_budgets(_namespaced_id(o) for o in items)
         else:
             self._reconcile_nodes({(o.get("metadata") or {}).get("name") for o in items})
         self._synced[kind].set()
@@ -174,12 +178,16 @@ class ClusterSync:
             self._apply_pod(obj, deleted=etype == "DELETED")
         elif kind == QUOTAS:
             self._apply_quota(obj, deleted=etype == "DELETED")
+        elif kind == BUDGETS:
+            self.state.apply_budget(*_namespaced_id(obj), None if etype == "DELETED" else
+                                    parse_pdb(obj))
         else:
             self._apply_node(obj, deleted=etype == "DELETED")
 
     # --- pods ----------------------------------------------------------------------------
     def _apply_pod(self, pod: dict, deleted: bool) -> None:
         key = pod_key(pod)
+        self.state.note_pod(key, pod, deleted)
         reservation = None
         if not deleted:
             try:
@@ -194,7 +202,7 @@ class ClusterSync:
 
     # --- quotas --------------------------------------------------------------------------
     def _apply_quota(self, obj: dict, deleted: bool) -> None:
-        namespace, name = _quota_id(obj)
+        namespace, name = _namespaced_id(obj)
         try:
             spec = None if deleted else parse_quota(obj)
         except HamiFormatError as e:
@@ -286,7 +294,8 @@ class ClusterSync:
                 log.warning("node %s: could not write %s: %s", name, ANNO_NODE_HANDSHAKE, e)
 
 
-def _quota_id(obj: dict) -> tuple:
+def _namespaced_id(obj: dict) -> tuple:
+    """(namespace, name) of a namespaced object."""
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
 

@@ -29,7 +29,8 @@ def fingerprint(state, record, scraper) -> tuple:
     version), the Record, a scrape round. Cheap (one sum over the node versions)."""
     with state.lock:
         view = state.view
-        nodes = (view.epoch, len(view.nodes), int(view.versions.sum()) if view.nodes else 0)
+        nodes = (view.epoch, len(view.nodes), int(view.versions.sum()) if view.nodes else 0,
+                 state.preemption.version)
     return nodes + (record.version, scraper.rounds)
 
 
@@ -139,4 +140,4 @@ def build(state, record, scrapes: dict, now=None) -> dict:
     return {"at": now if now is not None else time.time(),
             "overview": _overview(nodes, list(shapes.values()), len(pod_rows), len(pending)),
             "nodes": nodes, "pods": pod_rows, "pending": pending,
-            "events": events[-EVENTS_SHOWN:]}
+            "preemption": state.preemption_snapshot(), "events": events[-EVENTS_SHOWN:]}

@@ -109,3 +109,73 @@ def parse_bind(body) -> BindArgs:
             raise BadRequest(f"ExtenderBindingArgs.{name} must be a non-empty string")
         values[name] = value
     return BindArgs(values["PodNamespace"], values["PodName"], values["PodUID"], values["Node"])
+
+
+@dataclass(frozen=True)
+class PreemptArgs:
+    """ExtenderPreemptionArgs: the pod, and per node the UIDs of kube-scheduler's victims
+    (NodeNameToMetaVictims with nodeCacheCapable, else the pods of NodeNameToVictims)."""
+
+    pod: dict
+    victims: dict                 # node -> [UID, ...]
+    pdb_violations: dict          # node -> kube-scheduler's NumPDBViolations
+
+    @property
+    def key(self) -> str:
+        """namespace/name of the pod."""
+        meta = self.pod.get("metadata") or {}
+        return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+
+
+def _victim_uids(node: str, entry, meta: bool) -> list:
+    if entry is None:
+        return []
+    if not isinstance(entry, Mapping):
+        raise BadRequest(f"the victims of node {node!r} must be an object with Pods")
+    pods = _field(entry, "Pods") or []
+    if not isinstance(pods, list):
+        raise BadRequest(f"the victims of node {node!r}: Pods must be a list")
+    uids = []
+    for pod in pods:
+        source = pod if meta else (pod or {}).get("metadata") if isinstance(pod, Mapping) \
+            else None
+        uid = _field(source, "UID") if isinstance(source, Mapping) else None
+        if not isinstance(uid, str) or not uid:
+            raise BadRequest(f"a victim of node {node!r} has no UID")
+        uids.append(uid)
+    return uids
+
+
+def parse_preempt(body) -> PreemptArgs:
+    """PreemptArgs from a decoded body; BadRequest says what is wrong."""
+    body = _object(body, "ExtenderPreemptionArgs")
+    pod = _field(body, "Pod")
+    if not isinstance(pod, Mapping) or not isinstance(pod.get("metadata"), Mapping) or \
+            not pod["metadata"].get("name"):
+        raise BadRequest("ExtenderPreemptionArgs.Pod must be a v1.Pod object with "
+                         "metadata.name")
+    problem = pod_problem(pod)
+    if problem:
+        raise BadRequest(f"ExtenderPreemptionArgs.Pod: {problem}")
+    by_meta = _field(body, "NodeNameToMetaVictims")
+    by_pods = _field(body, "NodeNameToVictims")
+    meta = by_meta is not None
+    nodes = by_meta if meta else by_pods
+    if nodes is None:
+        nodes = {}
+    if not isinstance(nodes, Mapping):
+        raise BadRequest("ExtenderPreemptionArgs.NodeNameToMetaVictims must map node names to "
+                         "victims")
+    victims, violations = {}, {}
+    for node, entry in nodes.items():
+        victims[node] = _victim_uids(node, entry, meta)
+        count = _field(entry, "NumPDBViolations") if isinstance(entry, Mapping) else 0
+        violations[node] = count if isinstance(count, int) else 0
+    return PreemptArgs(dict(pod), victims, violations)
+
+
+def preempt_result(plans: Mapping) -> dict:
+    """ExtenderPreemptionResult: node -> MetaVictims (UIDs and the budget violations)."""
+    return {"NodeNameToMetaVictims": {
+        node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
+        for node, (uids, violations) in plans.items()}}

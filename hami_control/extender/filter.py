@@ -72,8 +72,9 @@ class FilterHandler:
 
     def __init__(self, state, api, leader, clock, defaults: RequestDefaults = RequestDefaults(),
                  metrics=None, synced: Callable[[], bool] = lambda: True, writer=None,
-                 scheduler: str = C.SCHEDULER_NAME):
+                 scheduler: str = C.SCHEDULER_NAME, preemption=None):
         self.state, self.api, self.leader, self.clock = state, api, leader, clock
+        self.preemption = preemption     # called with a pod that fits nowhere (trigger.py)
         self.defaults, self.metrics, self.synced, self.writer = defaults, metrics, synced, writer
         self.scheduler = scheduler
         self._serial = threading.Lock()
@@ -126,13 +127,16 @@ class FilterHandler:
         except PlacementError as e:
             return self._done("invalid", filter_result(args, [], error=f"pod {args.key}: {e}"))
         decision = placement.decision
+        failed = decision.failed
+        if not decision.ok and self.preemption is not None:
+            failed = self.preemption(args.pod, request, args.node_names, failed)
         if decision.ok:
             changes = allocation_annotations(decision, self.clock.now().timestamp())
         elif placement.previous is not None:
             changes = dict.fromkeys(ALLOCATION_ANNOTATIONS)   # drop the earlier decision
         else:
             self.state.confirm(request.key, placement.token, None)
-            return self._done("unschedulable", filter_result(args, [], decision.failed))
+            return self._done("unschedulable", filter_result(args, [], failed))
         write = functools.partial(self._write, request, placement, changes)
         if self.writer is not None:
             self.writer.submit(request.key, write)
@@ -141,7 +145,7 @@ class FilterHandler:
             if error:
                 return filter_result(args, [], error=error)
         if not decision.ok:
-            return self._done("unschedulable", filter_result(args, [], decision.failed))
+            return self._done("unschedulable", filter_result(args, [], failed))
         return self._done("scheduled", filter_result(args, [decision.node]))
 
     def _write(self, request, placement, changes: dict) -> Optional[str]:

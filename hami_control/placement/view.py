@@ -25,6 +25,7 @@ class Reservation:
     init_positions: frozenset = frozenset()   # containers that end before the others start
     cpu_milli: int = 0
     memory_mib: int = 0
+    held_for: str = ""          # slices of a gone victim kept for this preemptor (no quota)
 
     def device_usage(self) -> dict:
         """uuid -> (slots, MiB, cores) the pod holds on that GPU.
@@ -216,8 +217,12 @@ class ClusterView:
         """namespace -> Amount, for every namespace that holds GPUs (a copy)."""
         return dict(self._ns_used)
 
+    def node_reservations(self, name: str) -> list:
+        """The reservations on a node."""
+        return [self._reservations[k] for k in sorted(self._by_node.get(name, ()))]
+
     def _count(self, reservation: Reservation, sign: int) -> None:
-        if not reservation.devices:
+        if not reservation.devices or reservation.held_for:
             return
         namespace = reservation.pod.partition("/")[0]
         held = pod_amount(reservation.devices, reservation.init_positions)

@@ -36,6 +36,8 @@ class Endpoints:
     # kube-scheduler keeps connections alive, and one opened to a demoted leader must not keep
     # reaching it (the next attempt goes through the Service to the current leader).
     leading: Callable[[], bool] = lambda: True
+    # kube-scheduler's preempt verb (extender/preempt.py); without it, no preemption offered
+    preempt: Callable[[object], dict] = lambda body: {"NodeNameToMetaVictims": {}}
 
 
 def _json(status: int, body, close: bool = False) -> bottle.HTTPResponse:
@@ -118,6 +120,7 @@ def make_app(endpoints: Endpoints, max_body: int) -> bottle.Bottle:
     verb("webhook", endpoints.webhook)
     verb("filter", endpoints.filter, leader_only=True)
     verb("bind", endpoints.bind, leader_only=True)
+    verb("preempt", endpoints.preempt, leader_only=True)
 
     def probe(check: Callable[[], tuple], role: bool = False):
         def route():

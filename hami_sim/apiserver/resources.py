@@ -53,6 +53,8 @@ RESOURCES = (
     Resource("resourcequotas", "resourcequota", "ResourceQuota", "", "v1", True, ("status",),
              ("quota",)),
     Resource("leases", "lease", "Lease", "coordination.k8s.io", "v1", True),
+    Resource("poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", "policy",
+             "v1", True, ("status",), ("pdb",)),
     Resource("mutatingwebhookconfigurations", "mutatingwebhookconfiguration",
              "MutatingWebhookConfiguration", "admissionregistration.k8s.io", "v1", False),
     Resource("events", "event", "Event", "events.k8s.io", "v1", True, (), ("ev",),

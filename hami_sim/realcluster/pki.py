@@ -84,6 +84,13 @@ def kubelet_serving(pki: Pki, node_name: str, node_ip: str) -> None:
     _sign(pki, "kubelet-serving", f"/CN={node_name}", ext)
 
 
+def serving(pki: Pki, name: str, dns: tuple, ips: tuple) -> tuple:
+    """A serving certificate signed by the cluster's CA (made once): (crt, key) paths."""
+    if not pki.crt(name).exists():
+        _sign(pki, name, f"/CN={name}", _server_ext(dns, ips))
+    return pki.crt(name), pki.key(name)
+
+
 def _make_all(pki: Pki, node_name: str) -> None:
     d = pki.root
     d.mkdir(parents=True, exist_ok=True)

@@ -74,6 +74,7 @@ def test_scheduler_configuration_names_the_extender():
     (extender,) = config["extenders"]
     assert set(extender) <= EXTENDER_KEYS and set(extender["tlsConfig"]) <= TLS_KEYS
     assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
+    assert extender["preemptVerb"] == "preempt"
     assert extender["nodeCacheCapable"] is True and extender["enableHTTPS"] is True
     assert {r["name"] for r in extender["managedResources"]} == set(C.GPU_RESOURCES)
     assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
@@ -110,7 +111,7 @@ def test_routes_exist_for_the_verbs_and_the_webhook_path():
     app = make_app(Endpoints(*([lambda *a: {}] * 6)), 1024)
     routes = {(r.method, r.rule) for r in app.routes}
     webhook = _by_kind("MutatingWebhookConfiguration")[0]["webhooks"][0]
-    for path in ("/filter", "/bind", webhook["clientConfig"]["service"]["path"]):
+    for path in ("/filter", "/bind", "/preempt", webhook["clientConfig"]["service"]["path"]):
         assert ("POST", path) in routes
     assert set(webhook["admissionReviewVersions"]) == {"v1", "v1beta1"}
 
@@ -131,7 +132,11 @@ def test_deployment_agrees_with_service_and_flags():
 
 
 NEEDED = [("", "nodes", v) for v in ("get", "list", "watch", "patch")] + \
-    [("", "pods", v) for v in ("get", "list", "watch", "patch")] + \
+    [("", "pods", v) for v in ("get", "list", "watch", "patch", "delete")] + \
+    [("", "pods/status", "patch")] + \
+    [("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch")] + \
+    [("kueue.x-k8s.io", r, v) for r in ("workloads", "admissionchecks") for v in ("get", "list")]\
+    + [("kueue.x-k8s.io", f"{r}/status", "patch") for r in ("workloads", "admissionchecks")] + \
     [("", "bindings", "create"), ("", "events", "create"), ("", "namespaces", "get")] + \
     [("", "resourcequotas", v) for v in ("get", "list", "watch")] + \
     [("", "resourcequotas/status", "patch")] + \
@@ -151,7 +156,8 @@ def test_rbac_allows_every_call_and_little_else(group, resource, verb):
     assert _allows(rules, group, resource, verb)
     cluster_rules = _by_kind("ClusterRole")[0]["rules"]
     assert not any("*" in r.get("verbs", []) + r.get("resources", []) for r in cluster_rules)
-    assert not _allows(cluster_rules, "", "pods", "delete")
+    assert not _allows(cluster_rules, "", "nodes", "delete")
+    assert not _allows(cluster_rules, "", "pods/exec", "create")
     assert not _allows(cluster_rules, "", "secrets", "get")
 
 

@@ -53,6 +53,18 @@ def wait_phase(cluster, name: str, phases=("Succeeded", "Failed"), timeout: floa
         time.sleep(0.5)
 
 
+def until(check, timeout: float, what: str, interval: float = 0.5):
+    """Polls check() until it returns something truthy (returned); AssertionError naming
+    what after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} not within {timeout:.0f} s")
+
+
 def delete(cluster, *names: str, namespace: str = "default") -> None:
     """Deletes pods at once (no grace), ignoring those already gone."""
     from kubernetes.client.rest import ApiException

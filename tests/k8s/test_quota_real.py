@@ -16,6 +16,7 @@ import json
 import time
 
 import pytest
+from k8shelpers import until
 
 from hami_common import constants as C
 from hami_common import pod_devices
@@ -27,14 +28,9 @@ IMAGE = "ghcr.io/hami-py/hami-py:0.1.0"
 MEM, REQ_MEM = "limits.nvidia.com/gpumem", "requests.nvidia.com/gpumem"
 
 
+
 def _wait(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"{what} not within {timeout:.0f} s")
+    return until(check, timeout, what, interval=1)
 
 
 @pytest.fixture

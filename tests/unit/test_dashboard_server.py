@@ -175,3 +175,24 @@ def test_a_taken_port_names_the_dashboard_flag():
         assert e.value.key == "--dashboard-listen"
     finally:
         first.stop()
+
+
+def test_snapshot_shows_holds_their_victims_and_why():
+    state = _state(16384)                            # GPU-0 full of a priority-0 pod
+    with state.lock:
+        state.view.reserve(Reservation("team/other", "n1", ((ContainerDevice(
+            "GPU-1", 16384, 50),),)))
+    for name in ("holder", "other"):
+        state.note_pod(f"team/{name}", {"metadata": {"name": name, "namespace": "team",
+                                                     "uid": name}, "spec": {"priority": 0}},
+                       False)
+    from hami_common.request import parse_pod
+    request = parse_pod(_pod("urgent", "8192"))
+    before = snapshot.fingerprint(state, Record(), type("S", (), {"rounds": 0})())
+    plan, _ = state.preempt(request, 1000, ["n1"])
+    assert plan is not None
+    snap = snapshot.build(state, Record(), {})
+    (hold,) = snap["preemption"]["holds"]
+    assert hold["preemptor"] == "team/urgent" and hold["waiting_for"] == hold["victims"]
+    assert hold["why"].startswith("evicting team/") and snap["preemption"]["recent"]
+    assert snapshot.fingerprint(state, Record(), type("S", (), {"rounds": 0})()) != before

@@ -9,7 +9,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 
-ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet helm)
+ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet helm kueue)
 # Keyed by both versions: changing either builds anew (helm is keyed by its own, below).
 cache=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/$K8S_VERSION-etcd$ETCD_VERSION
 bin=$cache/bin
@@ -66,7 +66,14 @@ single_module() {
 # whenever its build changes: binaries built by an older recipe stay valid for the checkouts
 # that use it, and `make k8s` builds the new one beside them).
 HELM_RECIPE=2
-target() { [ "$1" = helm ] && echo "$bin/helm-$HELM_VERSION-r$HELM_RECIPE" || echo "$bin/$1"; }
+# Kueue is keyed by its own version too; its module (CRDs included) stays beside it.
+target() {
+  case $1 in
+    helm) echo "$bin/helm-$HELM_VERSION-r$HELM_RECIPE" ;;
+    kueue) echo "$bin/kueue-$KUEUE_VERSION" ;;
+    *) echo "$bin/$1" ;;
+  esac
+}
 
 # The ldflags an official helm build sets from the k8s.io/client-go its module requires: the
 # Kubernetes version that `helm template` and `helm lint` assume when no cluster is reached
@@ -82,15 +89,32 @@ helm_k8s_ldflags() {
   done
 }
 
+# Kueue's CRDs and webhook configurations, from its module, beside its binary.
+kueue_config() {
+  local out=$1 dir src
+  [ -d "$out-config" ] && return
+  dir=$(single_module "kueue-$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION")
+  src=$(cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue) \
+    || die "could not find sigs.k8s.io/kueue's module folder"
+  rm -rf "$out-config.tmp" && mkdir -p "$out-config.tmp/crds"
+  cp "$src"/config/components/crd/bases/*.yaml "$out-config.tmp/crds/"
+  cp "$src"/config/components/webhook/manifests.yaml "$out-config.tmp/webhooks.yaml"
+  chmod -R u+w "$out-config.tmp" && mv "$out-config.tmp" "$out-config"
+}
+
 build_one() {
   local name=$1 dir pkg ldflags="-s -w" out
   out=$(target "$name")
+  [ "$name" = kueue ] && kueue_config "$out"
   [ -x "$out" ] && { log "$name cached"; return; }
   mkdir -p "$bin"
   if [ "$name" = helm ]; then
     pkg=helm.sh/helm/v3/cmd/helm; dir=$(single_module "helm-$HELM_VERSION" "$pkg" "$HELM_VERSION")
     ldflags+=" -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
     ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean$(helm_k8s_ldflags "$dir")"
+  elif [ "$name" = kueue ]; then
+    pkg=sigs.k8s.io/kueue/cmd/kueue; dir=$(single_module "kueue-$KUEUE_VERSION" "$pkg" "$KUEUE_VERSION")
+    ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=v$KUEUE_VERSION"
   elif [ "$name" = etcd ]; then
     pkg=go.etcd.io/etcd/server/v3; dir=$(single_module etcd "$pkg" "$ETCD_VERSION")
   else
@@ -115,11 +139,14 @@ build_one() {
 for name in "$@"; do
   [[ " ${ALL[*]} " == *" $name "* ]] || die "unknown component '$name' (one of: ${ALL[*]})"
 done
-# One build at a time per version (make and a test session may both ask).
+# One build at a time per version (make and a test session may both ask); Kueue has its own
+# lock, so that its long first build never holds up the Kubernetes binaries' cache check.
 mkdir -p "$cache"
-exec 9>"$cache/.lock"
-flock 9
 start=$SECONDS
-for name in "$@"; do build_one "$name"; done
+for name in "$@"; do
+  lock=$cache/.lock
+  [ "$name" = kueue ] && lock=$cache/.lock-kueue-$KUEUE_VERSION
+  ( flock 9; build_one "$name" ) 9>"$lock"
+done
 [ $((SECONDS - start)) -gt 5 ] && log "done in $((SECONDS - start)) s"
 target "${*: -1}"

@@ -120,8 +120,26 @@ function drawLists(snap) {
   $("pods").innerHTML = pods.slice(0, LIST_MAX).map((p) => listItem(p.key, p.key,
     `${p.phase || "?"} on ${p.node || "no node yet"}` +
     (p.gpus.length ? ` · ${p.gpus.map((g) => g[0].slice(0, 12)).join(", ")}` : ""))).join("");
+  drawPreemption(snap.preemption || { holds: [], nominated: {}, recent: [] });
   $("events").innerHTML = snap.events.slice(-40).reverse().map((e) =>
     `<li>${esc(new Date(e.at * 1000).toLocaleTimeString())} ${esc(e.text)}</li>`).join("");
+}
+
+// Holds (slices kept for a preemptor until its victims are gone), nominated pods, and the
+// recent decisions with the reason each set of victims was chosen.
+function drawPreemption(pre) {
+  const holds = pre.holds.map((h) => listItem(h.preemptor, `${h.preemptor} → ${h.node}`,
+    `victims ${h.victims.join(", ")}` +
+    (h.waiting_for.length ? ` · waiting for ${h.waiting_for.join(", ")}` : " · slices held") +
+    ` · ${h.why}` + (h.pdb_violations ? ` · ${h.pdb_violations} budget violation(s)` : "")));
+  const held = new Set(pre.holds.map((h) => h.preemptor));
+  const nominated = Object.entries(pre.nominated).filter(([k]) => !held.has(k))
+    .map(([k, n]) => listItem(k, `${k} nominated to ${n}`, "by kube-scheduler"));
+  const recent = pre.recent.slice(-10).reverse().map((r) => `<li>` +
+    `${esc(new Date(r.at * 1000).toLocaleTimeString())} ${esc(r.event)} ${esc(r.preemptor)} ` +
+    `on ${esc(r.node)} (${esc(r.by)})<small>${esc(r.victims.join(", "))}: ${esc(r.why)}</small></li>`);
+  $("preempt-count").textContent = `${pre.holds.length} held`;
+  $("preemption").innerHTML = holds.concat(nominated, recent).join("");
 }
 
 function drawDetail(snap) {

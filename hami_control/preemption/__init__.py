@@ -1,0 +1,1 @@
+"""Preemption between GPU-slice pods: holds, the filter-side trigger, eviction."""

@@ -9,7 +9,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 
-ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet helm)
+ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet helm containerd
+     containerd-shim-runc-v2)
 # Keyed by both versions: changing either builds anew (helm is keyed by its own, below).
 cache=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/$K8S_VERSION-etcd$ETCD_VERSION
 bin=$cache/bin
@@ -62,17 +63,31 @@ single_module() {
   echo "$dir"
 }
 
-# helm is keyed by its own version (its binary carries it in the name).
-target() { [ "$1" = helm ] && echo "$bin/helm-$HELM_VERSION" || echo "$bin/$1"; }
+# helm is keyed by its own version (its binary carries it in the name), containerd and its shim
+# by theirs (a folder of their own: containerd finds its shim beside it).
+ctrd_bin=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/containerd-$CONTAINERD_VERSION/bin
+target() {
+  case $1 in
+    helm) echo "$bin/helm-$HELM_VERSION" ;;
+    containerd|containerd-shim-runc-v2) echo "$ctrd_bin/$1" ;;
+    *) echo "$bin/$1" ;;
+  esac
+}
 
 build_one() {
   local name=$1 dir pkg ldflags="-s -w" out
   out=$(target "$name")
   [ -x "$out" ] && { log "$name cached"; return; }
-  mkdir -p "$bin"
+  mkdir -p "$(dirname "$out")"
   if [ "$name" = helm ]; then
     pkg=helm.sh/helm/v3/cmd/helm; dir=$(single_module "helm-$HELM_VERSION" "$pkg" "$HELM_VERSION")
     ldflags+=" -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+  elif [[ $name == containerd* ]]; then
+    # Without cgo the btrfs snapshotter is left out (its build tag); the rest is pure Go.
+    pkg=github.com/containerd/containerd/cmd/$name
+    dir=$(single_module "containerd-$CONTAINERD_VERSION" github.com/containerd/containerd \
+          "$CONTAINERD_VERSION")
+    ldflags+=" -X github.com/containerd/containerd/version.Version=v$CONTAINERD_VERSION"
   elif [ "$name" = etcd ]; then
     pkg=go.etcd.io/etcd/server/v3; dir=$(single_module etcd "$pkg" "$ETCD_VERSION")
   else

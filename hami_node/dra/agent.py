@@ -30,8 +30,9 @@ def slice_options(config, backend, node: dict) -> SliceOptions:
 
 
 def start_dra(config, table, backend, cluster, layout, api: Optional[DraApi] = None, *,
-              log: Callable[[str], None] = print) -> list:
-    """Starts the DRA driver; its (name, part) list for the agent's watchdog."""
+              log: Callable[[str], None] = print) -> tuple:
+    """Starts the DRA driver; its (name, part) list for the agent's watchdog, and the socket
+    kubelet calls it on."""
     if api is None:
         from hami_node.dra.api import KubeDra
         api = KubeDra(cluster.api_client)
@@ -56,4 +57,5 @@ def start_dra(config, table, backend, cluster, layout, api: Optional[DraApi] = N
                              on_register=publisher.poke)
     publisher.start()
     server.start()
-    return [("ResourceSlice publisher", publisher), ("DRA sockets", server)]
+    return [("ResourceSlice publisher", publisher), ("DRA sockets", server)], \
+        server.service_path

@@ -47,6 +47,7 @@ class NodeAgent:
         self.publisher: Optional[NodePublisher] = None
         self.service: Optional[DevicePluginService] = None
         self.dra_api = dra_api            # the DRA driver's API (kubeletPlugin: dra)
+        self.socket_path = ""             # where kubelet calls us, once started
         self.metrics_url = ""
         self.layout = HostLayout(Path(config.shim_host_dir))
         self._parts = []
@@ -102,8 +103,9 @@ class NodeAgent:
         self._parts = [("health monitor", self.health)]
         if c.kubelet_plugin == "dra":
             from hami_node.dra.agent import start_dra
-            self._parts += start_dra(c, table, self.backend, self.cluster, self.layout,
-                                     self.dra_api, log=self.log)
+            parts, self.socket_path = start_dra(c, table, self.backend, self.cluster,
+                                                self.layout, self.dra_api, log=self.log)
+            self._parts += parts
         else:
             self._start_device_plugin(table)
         if c.over_cap_check_seconds:
@@ -112,7 +114,9 @@ class NodeAgent:
                 evict=c.evict_over_cap, on_round=self.metrics.observe_over_cap,
                 log=self.log).start()))
         self.metrics.up.set(1)
-        self.notifier.ready(f"serving {len(table.gpus)} GPU(s) x {c.device_split_count}")
+        self.notifier.ready(f"serving {len(table.gpus)} GPU(s) as a DRA driver"
+                            if c.kubelet_plugin == "dra" else
+                            f"serving {len(table.gpus)} GPU(s) x {c.device_split_count}")
         return self
 
     def _start_device_plugin(self, table: DeviceTable) -> None:
@@ -125,6 +129,7 @@ class NodeAgent:
         self.server = PluginServer(c.device_plugin_dir, endpoint_name(c.resource_name),
                                    c.resource_name, self.service, log=self.log,
                                    on_register=self._registered).start()
+        self.socket_path = self.server.socket_path
         self.publisher = NodePublisher(
             self.cluster, table, c.node_name, c.device_memory_scaling, c.device_core_scaling,
             c.annotation_interval, layout=self.layout,

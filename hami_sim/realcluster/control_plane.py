@@ -78,7 +78,7 @@ def start_apiserver(c) -> None:
         f"--service-cluster-ip-range={SERVICE_RANGE}", "--allow-privileged=true",
         f"--kubelet-client-certificate={p.crt('apiserver-kubelet-client')}",
         f"--kubelet-client-key={p.key('apiserver-kubelet-client')}",
-        "--profiling=false", "--v=1", *webhook_routing(c)])
+        "--profiling=false", "--v=1", *webhook_routing(c), *cfg.gate_args(c.feature_gates)])
     c.write_kubeconfig(c.kubeconfig, client_cert=str(p.crt("admin")),
                        client_key=str(p.key("admin")))
     ctx = ssl.create_default_context(cafile=str(p.ca))
@@ -113,7 +113,8 @@ def start_controller_manager(c) -> None:
         f"--cluster-signing-cert-file={p.ca}", f"--cluster-signing-key-file={p.root / 'ca.key'}",
         # The quota controller recounts every quota this often (default 5 min): the quota test
         # checks that hami-control's keys survive a recount it can wait for.
-        f"--resource-quota-sync-period={QUOTA_SYNC_S}s", "--v=1"])
+        f"--resource-quota-sync-period={QUOTA_SYNC_S}s", "--v=1",
+        *cfg.gate_args(c.feature_gates)])
     wait_for("the default ServiceAccount (kube-controller-manager)",
              lambda: c.kubectl("get", "serviceaccount", "default", "-o", "name",
                                check=False).strip() == "serviceaccount/default",
@@ -154,7 +155,7 @@ def start_schedulers(c) -> None:
     hami = c.spawn("kube-scheduler", [
         c.bins["kube-scheduler"], f"--config={sched}", "--bind-address=127.0.0.1",
         f"--secure-port={c.ports['scheduler']}", f"--authentication-kubeconfig={kc}",
-        f"--authorization-kubeconfig={kc}", "--v=2"])
+        f"--authorization-kubeconfig={kc}", "--v=2", *cfg.gate_args(c.feature_gates)])
     start_default_scheduler(c)
     wait_for("kube-scheduler (hami-scheduler profile) leading",
              lambda: "lease.coordination.k8s.io/hami-scheduler" in c.kubectl(
@@ -175,7 +176,8 @@ def start_default_scheduler(c) -> None:
         c.bins["kube-scheduler"], f"--config={default}", "--bind-address=127.0.0.1",
         f"--secure-port={c.ports['default_scheduler']}",
         f"--authentication-kubeconfig={c.kubeconfig}",
-        f"--authorization-kubeconfig={c.kubeconfig}", "--v=1"])
+        f"--authorization-kubeconfig={c.kubeconfig}", "--v=1",
+        *cfg.gate_args(c.feature_gates)])
 
 
 def json_items(text: str) -> list:

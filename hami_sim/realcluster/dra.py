@@ -81,3 +81,25 @@ def spawn_dra_agent(c, kubeconfig) -> None:
     shareable = bool(c.feature_gates.get("DRAConsumableCapacity"))
     wait_for(f"the node's ResourceSlice ({'shareable' if shareable else 'whole'} GPUs)",
              lambda: slice_ready(c, shareable), SLICE_TIMEOUT_S, node.agent_log, node.alive)
+
+
+def set_consumable_gate(c, on: bool) -> None:
+    """Restarts kube-apiserver, kube-controller-manager, both kube-schedulers and kubelet with
+    DRAConsumableCapacity on or off (etcd, containerd, hami-control and hami-node keep
+    running; kubelet wipes the node's slices as it starts, and hami-node writes them again)."""
+    from hami_sim.realcluster import control_plane
+    from hami_sim.realcluster.node import spawn_kubelet
+    c.feature_gates = {**c.feature_gates, "DRAConsumableCapacity": on}
+    for name in ("kube-scheduler", "default-scheduler", "kube-controller-manager",
+                 "kube-apiserver"):
+        c.stop_component(name)
+    control_plane.start_apiserver(c)
+    control_plane.start_controller_manager(c)
+    control_plane.start_schedulers(c)
+    c.stop_component("kubelet")
+    cfg.write_json(c.root / "kubelet-config.yaml", {
+        **json.loads((c.root / "kubelet-config.yaml").read_text()),
+        "featureGates": dict(c.feature_gates)})
+    spawn_kubelet(c)
+    c.step(f"DRAConsumableCapacity {'on' if on else 'off'} in kube-apiserver, "
+           "kube-controller-manager, kube-scheduler and kubelet (restarted)")

@@ -15,7 +15,8 @@ import pytest
 from hami_common.constants import DRA_DRIVER
 from hami_node.shim import read_usage
 from hami_sim.demo.runtime import workload_result
-from hami_sim.realcluster.dra import node_slice, slice_ready, spawn_dra_agent
+from hami_sim.realcluster.dra import (node_slice, set_consumable_gate, slice_ready,
+                                      spawn_dra_agent)
 from hami_sim.realcluster.node import spawn_kubelet
 from hami_sim.realcluster.scenario import container_log, unschedulable_message
 
@@ -182,3 +183,32 @@ def test_kubelet_and_hami_node_restarted_under_a_running_pod(dra):
         gone(c, "steady", "after")
     wait_until("no CDI spec or claim folder left", lambda: node_files(c) == {
         "specs": [], "claims": []}, 30)
+
+
+def test_with_the_gate_off_claims_get_whole_gpus_as_documented(dra):
+    c = dra
+    set_consumable_gate(c, False)
+    wait_until("the slice published again with whole GPUs", lambda: slice_ready(c, False), 60)
+    assert "DRAConsumableCapacity feature gate is off" in c.node.agent_log.read_text()
+    c.apply([template("t4-gate-off", request(memory="1Gi", cores="30", selector=T4))])
+    stored = json.loads(c.kubectl("get", "resourceclaimtemplate", "t4-gate-off", "-o", "json"))
+    assert "capacity" not in stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    names = ["whole-0", "whole-1", "whole-2", "whole-3"]
+    try:
+        c.apply([pod("whole-0", {"gpu": ("template", "t4-gate-off")},
+                     container("main", WORKLOADS + ["info"], "gpu"))])
+        assert wait_phase(c, "whole-0", timeout=90)["status"]["phase"] == "Succeeded"
+        assert result_of(c, "whole-0", "main")["total_mib"] == 15360
+        for name in names[1:]:
+            c.apply([pod(name, {"gpu": ("template", "t4-gate-off")},
+                         container("main", SLEEP, "gpu"))])
+        running = [n for n in names[1:] if wait_phase(c, n, ("Running", "Pending"))]
+        wait_phase(c, "whole-1", ("Running",))
+        [whole] = [r for cl in claim_of_pod(c, "whole-1") for r in results(cl)]
+        assert "shareID" not in whole and "consumedCapacity" not in whole
+        message = wait_until("a third whole-T4 pod unschedulable while two hold both T4s",
+                             lambda: [unschedulable_message(get(c, n)) for n in running
+                                      if unschedulable_message(get(c, n))], 90)
+        assert len(message) == 1 and "cannot allocate all claims" in message[0]
+    finally:
+        gone(c, *names)

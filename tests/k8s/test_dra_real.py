@@ -185,6 +185,49 @@ def test_kubelet_and_hami_node_restarted_under_a_running_pod(dra):
         "specs": [], "claims": []}, 30)
 
 
+def legacy_pod(gputype: str, limits: dict) -> dict:
+    """A pod in HAMi's form (nvidia.com/* limits) in the opted-in namespace."""
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "legacy-", "namespace": "dra-opt-in",
+                         "annotations": {"nvidia.com/use-gputype": gputype}},
+            "spec": {"restartPolicy": "Never", "containers": [container(
+                "main", WORKLOADS + ["oom", "--chunk-mib", "64"])]}}
+    body["spec"]["containers"][0]["resources"] = {"limits": limits}
+    return body
+
+
+def test_the_webhook_turns_hami_resources_into_a_claim_the_pod_owns(dra):
+    c = dra
+    c.kubectl("create", "namespace", "dra-opt-in")
+    c.kubectl("label", "namespace", "dra-opt-in", "hami.io/dra=true")
+    made = [json.loads(c.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body)))
+            for body in (legacy_pod("a100", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1500",
+                                             "nvidia.com/gpucores": "20"}),
+                         legacy_pod("t4", {"nvidia.com/gpumem-percentage": "10"}))]
+    names = [m["metadata"]["name"] for m in made]
+    for m in made:
+        limits = m["spec"]["containers"][0]["resources"].get("limits") or {}
+        assert not [k for k in limits if k.startswith("nvidia.com/")]
+    seen = []
+    for name in names:
+        done = wait_phase(c, name, timeout=120, namespace="dra-opt-in")
+        assert done["status"]["phase"] == "Succeeded"
+        oom = workload_result(container_log(c.pod_logs, done, "main"))
+        seen.append((oom["name"], oom["total_mib"], oom["error"]))
+    # 10 % of a 15360 MiB T4: the percentage became a subrequest per published memory size
+    assert seen == [("NVIDIA A100-SXM4-40GB", 1500, "CUDA_ERROR_OUT_OF_MEMORY"),
+                    ("Tesla T4", 1536, "CUDA_ERROR_OUT_OF_MEMORY")]
+    ref = made[0]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    template = json.loads(c.kubectl("get", "resourceclaimtemplate", "-n", "dra-opt-in", ref,
+                                    "-o", "json"))
+    assert template["metadata"]["ownerReferences"][0]["uid"] == made[0]["metadata"]["uid"]
+    exactly = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["capacity"]["requests"] == {"memory": "1500Mi", "cores": "20"}
+    delete(c, *names, namespace="dra-opt-in")
+    wait_until("the pods' templates and claims collected with them", lambda: not json.loads(
+        c.kubectl("get", "resourceclaimtemplates,resourceclaims", "-n", "dra-opt-in",
+                  "-o", "json"))["items"], 60)
+
 def test_with_the_gate_off_claims_get_whole_gpus_as_documented(dra):
     c = dra
     set_consumable_gate(c, False)

@@ -98,14 +98,23 @@ def remove_container(layout: HostLayout, pod_uid: str, container: str) -> None:
 
 def read_container_metas(layout: HostLayout) -> list:
     """Every container's metadata (dicts), skipping unreadable files."""
+    return _read_metas(layout.containers)
+
+
+def read_claim_metas(layout: HostLayout) -> list:
+    """Every prepared DRA claim's metadata (dicts with its UID as `_uid`)."""
+    return _read_metas(layout.claims)
+
+
+def _read_metas(folder: Path) -> list:
     out = []
-    for path in sorted(layout.containers.glob("*.json")):
+    for path in sorted(folder.glob("*.json")):
         try:
             meta = json.loads(path.read_text())
             mtime = path.stat().st_mtime
         except (OSError, ValueError):
             continue  # being written, or removed meanwhile
         if isinstance(meta, dict):
-            meta["_mtime"] = mtime
+            meta["_mtime"], meta["_uid"] = mtime, path.stem
             out.append(meta)
     return out

@@ -152,7 +152,7 @@ class RealCluster(Startable):
     def _start(self) -> None:
         from hami_sim.realcluster import control_plane, node
         self.bins = ensure_components(COMPONENTS + (("helm",) if self.installed else ()),
-                                      built_runtime=self.dra)
+                                      built_runtime=self.dra and not self.scheduling_only)
         if not self.scheduling_only:      # machine-wide: kubelet's plugin folder, cgroups
             self._lock_machine()
         self.root.mkdir(parents=True, exist_ok=True)

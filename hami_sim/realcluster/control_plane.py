@@ -98,9 +98,10 @@ def webhook_routing(c) -> list:
 QUOTA_SYNC_S = 5
 
 
-def start_controller_manager(c) -> None:
+def start_controller_manager(c, controllers: str = "") -> None:
     """kube-controller-manager with per-controller ServiceAccount credentials; waits for the
-    default ServiceAccount (pods need it)."""
+    default ServiceAccount (pods need it). With `controllers` (e.g. the resourceclaim
+    controller alone, for a scheduling benchmark) only those run and nothing is waited for."""
     p = c.pki
     kc = c.write_kubeconfig(c.root / "controller-manager.kubeconfig",
                             client_cert=str(p.crt("controller-manager")),
@@ -114,7 +115,11 @@ def start_controller_manager(c) -> None:
         # The quota controller recounts every quota this often (default 5 min): the quota test
         # checks that hami-control's keys survive a recount it can wait for.
         f"--resource-quota-sync-period={QUOTA_SYNC_S}s", "--v=1",
+        *([f"--controllers={controllers}"] if controllers else []),
         *cfg.gate_args(c.feature_gates)])
+    if controllers:
+        c.step(f"kube-controller-manager running {controllers}")
+        return
     wait_for("the default ServiceAccount (kube-controller-manager)",
              lambda: c.kubectl("get", "serviceaccount", "default", "-o", "name",
                                check=False).strip() == "serviceaccount/default",

@@ -251,3 +251,32 @@ def test_kubelet_finds_us_and_both_service_versions_prepare(setup):
     leftover = list((root / "plugins_registry").iterdir())
     shutil.rmtree(root)
     assert leftover == []
+
+
+# Metrics ----------------------------------------------------------------------------------
+
+class NoGpus:
+    """A backend whose GPUs report nothing (the metrics' container part is under test)."""
+
+    def usage(self):
+        return []
+
+
+def test_a_prepared_claim_is_in_the_container_metrics_with_its_limit(setup):
+    from hami_node.plugin.metrics import ContainerUse, DeviceUse, NodeCollector
+    api, make, tmp = setup
+    driver = make()
+    driver.prepare([ClaimRef("ns", "gpu", "u-1")])
+    seen = []
+
+    def reader(path):
+        seen.append(path)
+        return ContainerUse({A: DeviceUse(used=300 << 20)})
+    collector = NodeCollector("n1", NoGpus(), table(), driver.state.layout, reader)
+    families = {f.name: f for f in collector.collect()}
+    [limit] = families["vGPU_device_memory_limit_in_bytes"].samples
+    [usage] = families["vGPU_device_memory_usage_in_bytes"].samples
+    assert limit.labels == {"podnamespace": "ns", "podname": "gpu", "ctrname": "",
+                            "vdeviceid": "0", "deviceuuid": A}
+    assert (limit.value, usage.value) == (2 << 30, 300 << 20)
+    assert seen == [tmp / "shim" / "claims" / "u-1" / "vgpu.cache"]

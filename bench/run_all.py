@@ -26,6 +26,7 @@ BENCHES = [
     ("placement_latency.py", []),
     ("pod_watch_cost.py", []),
     ("replay_plot.py", ["--pods", "default", "--out", str(OUT / "replay_default.png")]),
+    ("dra_placement.py", []),
     ("k8s_throughput.py", []),      # real Kubernetes (tools/k8s/build.sh), needs root
 ]
 

@@ -20,6 +20,7 @@ from hami_common.draplugin import (dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2,
                                    registration_pb2_grpc)
 from hami_node.dra.driver import ClaimRef, DraDriver
 from hami_node.plugin.errors import NodeAgentError
+from hami_node.plugin.registration import inode
 
 POLL_S = 0.5
 MAX_SOCKET_PATH = 107      # sun_path's size, less the terminating byte
@@ -82,13 +83,6 @@ class Registration(registration_pb2_grpc.RegistrationServicer):
         return registration_pb2.RegistrationStatusResponse()
 
 
-def _inode(path: str) -> Optional[int]:
-    try:
-        return os.stat(path).st_ino
-    except FileNotFoundError:
-        return None
-
-
 class DraPluginServer:
     """Serves the DRA services and the registration socket; keeps both in place."""
 
@@ -120,7 +114,7 @@ class DraPluginServer:
         server.add_insecure_port(unix_target(path))
         server.start()
         self._servers[path] = server
-        self._inodes[path] = _inode(path)
+        self._inodes[path] = inode(path)
 
     def _add_services(self, server) -> None:
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(DraService(self.driver, dra_v1_pb2),
@@ -144,7 +138,7 @@ class DraPluginServer:
         while not self._stop.wait(POLL_S):
             for path, add in ((self.service_path, self._add_services),
                               (self.registration_path, self._add_registration)):
-                if _inode(path) != self._inodes.get(path):
+                if inode(path) != self._inodes.get(path):
                     self.log(f"{path} was removed; serving it again")
                     self._serve(path, add)
 

@@ -3,12 +3,12 @@ hami-node left on the node."""
 from __future__ import annotations
 
 import json
-import time
 
 from hami_common.constants import DRA_DEVICE_CLASS, DRA_DRIVER
 from hami_node.dra.state import spec_path
 from hami_node.plugin.layout import CACHE_FILE, HostLayout
 from hami_sim.realcluster.images import WORKLOAD_IMAGE
+from hami_sim.testing import wait_for
 
 RESOURCE = "resource.k8s.io/v1"
 T4 = f'device.attributes["{DRA_DRIVER}"].model == "Tesla T4"'
@@ -102,13 +102,6 @@ def claim_cache(cluster, claim_uid: str):
     return HostLayout(cluster.node.shim_dir).claim_dir(claim_uid) / CACHE_FILE
 
 
-def wait_until(what: str, check, timeout: float = 60.0, every: float = 0.5):
-    """Polls check() until it returns something true; that value (AssertionError if not)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true after {timeout:.0f} s: {what}")
-        time.sleep(every)
+def wait_until(what: str, check, timeout: float = 60.0):
+    """Polls check() every half second until it returns something true; that value."""
+    return wait_for(check, timeout, what, 0.5)

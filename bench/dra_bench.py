@@ -11,7 +11,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from hami_common.constants import DRA_DRIVER
-from hami_common.dra_request import claim_devices
+from hami_common.dra_request import claim_devices, published_sizes
 from hami_common.request import parse_pod
 from hami_node.dra.slices import SliceOptions, build_slice
 from hami_node.plugin.backend import Gpu
@@ -41,9 +41,10 @@ def _shape(pod: dict):
         request.filters
 
 
-def dra_pods(pods, namespace: str, memory_sizes: list) -> tuple:
+def dra_pods(pods, namespace: str, gpus: list) -> tuple:
     """(the templates, pod bodies): each trace pod with GPUs uses a claim from the template
-    of its shape instead of nvidia.com/* resources; CPU-only pods are left as they are."""
+    of its shape instead of nvidia.com/* resources; CPU-only pods are left as they are.
+    `gpus`: (type, UUID, MiB) of the published GPUs, as the webhook's templates read them."""
     templates, bodies = {}, []
     for p in pods:
         pod = p.pod_object(namespace=namespace)
@@ -54,7 +55,8 @@ def dra_pods(pods, namespace: str, memory_sizes: list) -> tuple:
                 templates[key] = {
                     "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                     "metadata": {"name": f"shape-{len(templates)}", "namespace": namespace},
-                    "spec": {"spec": {"devices": claim_devices(ask, filters, memory_sizes)}}}
+                    "spec": {"spec": {"devices": claim_devices(
+                        ask, filters, published_sizes(gpus, filters))}}}
             del ctr["resources"]["limits"]
             ctr["resources"]["claims"] = [{"name": "gpu"}]
             pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName":

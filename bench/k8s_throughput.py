@@ -256,8 +256,9 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
     v1.create_namespace({"metadata": {"name": namespace}})
     v1.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
     if dra:
-        templates, bodies = dra_pods(pods, namespace, sorted({n.devices()[0].devmem
-                                                              for n in load_gpu_nodes()}))
+        templates, bodies = dra_pods(pods, namespace, [(d.type, d.id, d.devmem)
+                                                       for n in load_gpu_nodes()
+                                                       for d in n.devices(SPLIT)])
         c.apply(templates)
     else:
         bodies = [pod_body(p, namespace, scheduler) for p in pods]

@@ -4,8 +4,10 @@ type/UUID annotations) as the devices of a ResourceClaim for hami-py's DRA drive
 - `gpu: N` -> `count: N`, each on a different GPU (a `distinctAttribute` constraint on the
   GPU's UUID: with shareable GPUs, `count: 2` could otherwise take two shares of one GPU).
 - `gpumem: M` -> `capacity.requests.memory: <M>Mi` per GPU; `gpucores: C` -> `cores: C`.
-- `gpumem-percentage: P` -> one `firstAvailable` subrequest per GPU memory size the cluster
-  publishes, each asking P % of that size from GPUs of that size (capacity is absolute).
+- `gpumem-percentage: P` -> P % of the memory of the GPUs the pod may use (capacity is
+  absolute): one plain request when they all have one size, else one `firstAvailable`
+  subrequest per size, each asking P % of that size from GPUs of that size (kube-scheduler's
+  allocator tries each: three times its CPU per pod with five sizes, bench/k8s_throughput.py).
 - the type and UUID annotations -> a CEL selector on the published attributes.
 """
 from typing import Optional, Sequence
@@ -51,7 +53,9 @@ def _exact(count: int, selectors: list, capacity: dict) -> dict:
 def claim_devices(ask: ContainerRequest, filters: DeviceFilters,
                   memory_sizes_mib: Sequence[int] = ()) -> dict:
     """The `spec.devices` of the container's claim; RequestError when it cannot be written
-    (a percentage with no GPU published, more sizes than the API allows)."""
+    (a percentage with no GPU published, more sizes than the API allows).
+    `memory_sizes_mib`: the memory sizes of the published GPUs the pod's filters allow
+    (`published_sizes`)."""
     if ask.nums < 1:
         raise RequestError(f"container {ask.name!r} asks for no GPU")
     base = [s for s in [selector_expression(filters)] if s]
@@ -70,13 +74,27 @@ def claim_devices(ask: ContainerRequest, filters: DeviceFilters,
                                f"memory sizes exceeds the {MAX_SUBREQUESTS} alternatives a claim "
                                "may list; give nvidia.com/gpumem in MiB instead")
         attr = f'device.capacity["{DRA_DRIVER}"].{DRA_MEMORY}'
+        if len(sizes) == 1:
+            memory = {DRA_MEMORY: f"{sizes[0] * ask.mem_percent // 100}Mi"}
+            request = {"name": REQUEST, "exactly": _exact(ask.nums, base, {**memory, **cores})}
+            return _with_constraints({"requests": [request]}, ask)
         request = {"name": REQUEST, "firstAvailable": [
             {"name": f"mem{size}", **_exact(
                 ask.nums, base + [f'{attr}.compareTo(quantity("{size}Mi")) == 0'],
                 {DRA_MEMORY: f"{size * ask.mem_percent // 100}Mi", **cores})}
             for size in sizes]}
-    devices = {"requests": [request]}
+    return _with_constraints({"requests": [request]}, ask)
+
+
+def _with_constraints(devices: dict, ask: ContainerRequest) -> dict:
     if ask.nums > 1:
         devices["constraints"] = [{"requests": [REQUEST],
                                    "distinctAttribute": f"{DRA_DRIVER}/uuid"}]
     return devices
+
+
+def published_sizes(gpus, filters: DeviceFilters) -> list:
+    """The distinct memory sizes (MiB) of the published GPUs, (type, UUID, MiB) triples, that
+    the pod's type and UUID filters allow."""
+    return sorted({mib for gpu_type, uuid, mib in gpus
+                   if filters.type_ok(gpu_type) and filters.uuid_ok(uuid)})

@@ -14,7 +14,7 @@ import threading
 from typing import Callable
 
 from hami_common.constants import DRA_DRIVER, DRA_MEMORY
-from hami_common.dra_request import claim_devices
+from hami_common.dra_request import claim_devices, published_sizes
 from hami_common.errors import HamiFormatError, RequestError
 from hami_common.quantity import parse_quantity
 from hami_common.request import parse_filters
@@ -29,26 +29,30 @@ RETRY_S = 2.0
 _REMEMBERED = 10000
 
 
-def memory_sizes(slices) -> list:
-    """The distinct GPU memory sizes (MiB) the driver's slices publish."""
-    sizes = set()
+def published_gpus(slices) -> list:
+    """(type, UUID, memory MiB) of every GPU the driver's slices publish."""
+    out = []
     for item in slices:
         for device in (item.get("spec") or {}).get("devices") or []:
+            attrs = device.get("attributes") or {}
             raw = ((device.get("capacity") or {}).get(DRA_MEMORY) or {}).get("value")
             try:
-                sizes.add(int(parse_quantity(raw)) >> 20)
+                out.append((str((attrs.get("type") or {}).get("string", "")),
+                            str((attrs.get("uuid") or {}).get("string", "")),
+                            int(parse_quantity(raw)) >> 20))
             except (HamiFormatError, TypeError):
                 continue
-    return sorted(sizes)
+    return out
 
 
-def templates_for(pod: dict, sizes: Callable[[], list]) -> list:
-    """The pod's templates, owned by it; RequestError when one cannot be written."""
+def templates_for(pod: dict, gpus: Callable[[], list]) -> list:
+    """The pod's templates, owned by it; RequestError when one cannot be written. `gpus`:
+    the published GPUs (`published_gpus`), asked only for a memory percentage."""
     meta = pod.get("metadata") or {}
     asks = recorded_asks(pod)
     filters = parse_filters(meta.get("annotations") or {})
     needs_sizes = any(a.mem_percent and not a.mem_mib for a in asks.values())
-    known = sizes() if needs_sizes else []
+    known = published_sizes(gpus(), filters) if needs_sizes else []
     owner = {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
              "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": True}
     return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
@@ -80,7 +84,7 @@ class DraTemplates:
         """Creates the pod's templates; True when they all exist."""
         meta = pod.get("metadata") or {}
         try:
-            for template in templates_for(pod, lambda: memory_sizes(
+            for template in templates_for(pod, lambda: published_gpus(
                     self.api.list_slices(DRA_DRIVER))):
                 try:
                     self.api.create_claim_template(meta.get("namespace"), template)

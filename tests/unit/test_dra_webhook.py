@@ -6,11 +6,11 @@ import json
 import pytest
 
 from hami_common.constants import DRA_DEVICE_CLASS, DRA_DRIVER
-from hami_common.dra_request import claim_devices, selector_expression
+from hami_common.dra_request import claim_devices, published_sizes, selector_expression
 from hami_common.errors import RequestError
 from hami_common.request import ContainerRequest, DeviceFilters
 from hami_control.cluster.api import Conflict
-from hami_control.cluster.dra_templates import DraTemplates, memory_sizes, templates_for
+from hami_control.cluster.dra_templates import DraTemplates, published_gpus, templates_for
 from hami_control.webhook.admission import Webhook
 from hami_control.webhook.dra import ANNO_DRA_CLAIMS, opted_in, recorded_asks
 
@@ -146,8 +146,11 @@ class FakeApi:
         return template
 
     def list_slices(self, driver):
-        return [{"spec": {"devices": [{"capacity": {"memory": {"value": "15Gi"}}},
-                                      {"capacity": {"memory": {"value": "40Gi"}}}]}}]
+        return [{"spec": {"devices": [
+            {"attributes": {"type": {"string": "NVIDIA-Tesla T4"}, "uuid": {"string": "GPU-t"}},
+             "capacity": {"memory": {"value": "15Gi"}}},
+            {"attributes": {"type": {"string": "NVIDIA A100"}, "uuid": {"string": "GPU-a"}},
+             "capacity": {"memory": {"value": "40Gi"}}}]}}]
 
     def create_event(self, namespace, event):
         self.events.append(event)
@@ -187,6 +190,14 @@ def test_a_template_that_cannot_be_written_is_told_on_the_pod():
     assert "no GPU of" in api.events[0]["message"]
 
 
-def test_memory_sizes_of_the_published_slices():
-    assert memory_sizes(FakeApi().list_slices("d")) == [15360, 40960]
+def test_the_sizes_a_percentage_may_take_follow_the_pods_filters():
+    gpus = published_gpus(FakeApi().list_slices("d"))
+    assert gpus == [("NVIDIA-Tesla T4", "GPU-t", 15360), ("NVIDIA A100", "GPU-a", 40960)]
+    assert published_sizes(gpus, DeviceFilters()) == [15360, 40960]
+    assert published_sizes(gpus, DeviceFilters(use_types=("t4",))) == [15360]
+    assert published_sizes(gpus, DeviceFilters(nouse_uuids=frozenset({"GPU-t"}))) == [40960]
+    # One size left: a plain request, no alternatives for kube-scheduler to try.
+    devices = claim_devices(ContainerRequest("c", nums=1, mem_percent=10), DeviceFilters(),
+                            [15360])
+    assert devices["requests"][0]["exactly"]["capacity"] == {"requests": {"memory": "1536Mi"}}
     assert templates_for({"metadata": {}}, lambda: []) == []

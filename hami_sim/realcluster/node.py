@@ -74,6 +74,8 @@ def start_containerd(c) -> None:
     c.node = c.new_node_agent()
     wrapper = runtime_wrapper(c, c.node.env)
     conf = root / "config.toml"
+    if c.dra:      # there before containerd starts, which watches it for specs
+        c.cdi_dir.mkdir(parents=True, exist_ok=True)
     conf.write_text(cfg.containerd_config(root, wrapper, PAUSE_IMAGE,
                                           c.cdi_dir if c.dra else None))
     env = clean_base_env()

@@ -2,6 +2,7 @@
 files. kubelet names a claim by namespace, name and UID only; the allocation is read from the
 claim. Calls are serialised (one at a time per node), and both are idempotent: a claim found
 in the checkpoint is answered from it, an unknown claim unprepares to nothing."""
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -13,6 +14,8 @@ from hami_node.dra.slices import SliceOptions
 from hami_node.dra.state import PreparedState, devices_of
 from hami_node.plugin.devices import DeviceTable
 from hami_node.plugin.errors import ClusterError
+
+_UID = re.compile(r"[0-9a-z][0-9a-z-]{0,62}")   # a UID names files: never a path
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ class DraDriver:
         with self._lock:
             out = {}
             for ref in claims:
+                if not _UID.fullmatch(ref.uid):
+                    out[ref.uid] = f"claim UID {ref.uid!r} is not a Kubernetes UID"
+                    continue
                 try:
                     self.state.remove(ref.uid)
                     out[ref.uid] = ""
@@ -63,6 +69,8 @@ class DraDriver:
             return out
 
     def _prepare_one(self, ref: ClaimRef) -> Prepared:
+        if not _UID.fullmatch(ref.uid):
+            return Prepared(error=f"claim UID {ref.uid!r} is not a Kubernetes UID")
         entry = self.state.get(ref.uid)
         if entry is not None:
             return Prepared(tuple(devices_of(entry)), tuple(map(tuple, entry["cdiIds"])),

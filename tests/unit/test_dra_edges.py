@@ -155,6 +155,13 @@ def test_a_claim_that_cannot_be_prepared_is_answered_with_an_error(setup, stored
     assert not spec_path(tmp / "cdi", "u-1").exists()
 
 
+def test_a_uid_that_could_name_another_file_is_refused(setup):
+    api, make, tmp = setup
+    driver = make()
+    assert "not a Kubernetes UID" in driver.prepare([ClaimRef("ns", "gpu", "../x")])["../x"].error
+    assert "not a Kubernetes UID" in driver.unprepare([ClaimRef("ns", "gpu", "a/b")])["a/b"]
+
+
 def test_a_checkpoint_of_another_version_is_refused_with_what_to_do(tmp_path):
     (tmp_path / "checkpoint.json").write_text(json.dumps({"version": 9, "claims": {}}))
     with pytest.raises(StateError, match="move it aside"):

@@ -29,6 +29,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from benchlib import print_machine
 from dra_bench import dra_pods, packing_claims, publish_slices
 
 from hami_common import constants as C
@@ -360,6 +361,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true",
                     help="keep the work folder (components' logs) and print where it is")
     args = ap.parse_args()
+    print_machine()
     nodes = load_nodes(catalog.nodes_path())
     pods = [p for p in load_pods(catalog.pods_path())][:args.pods]
     c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True,

@@ -28,6 +28,7 @@ setup(
         "hami_sim": ["lib/*.so*", "data/traces/*/*.csv", "data/traces/*/*.md"],
         "hami_node.shim": ["lib/*.so*"],
         "hami_common.deviceplugin": ["*.proto"],
+        "hami_common.draplugin": ["*.proto"],
         "hami_control.dashboard": ["static/*"],
     },
     include_package_data=True,

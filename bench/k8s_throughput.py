@@ -1,4 +1,5 @@
-"""Scheduling throughput on the real kube-scheduler: our extender vs kube-scheduler alone.
+"""Scheduling throughput on the real kube-scheduler: our extender, and our DRA driver's
+claims allocated by kube-scheduler itself, each vs kube-scheduler alone.
 
 The openb trace's 1,213 GPU nodes become Node objects (the register annotation hami-node would
 write; CPU, memory and GPU capacity, nvidia.com/gpucores and gpumem-percentage as plain
@@ -6,7 +7,10 @@ extended resources too); no kubelet is needed to schedule. Then, in one run, the
 the default list are created as fast as the API server takes them twice: once for
 hami-scheduler (deploy/'s kube-scheduler + our extender; this script plays hami-node's part
 after each bind: bind-phase success, node lock released), once for the default kube-scheduler
-(GPU resources as plain extended resources). Printed: pods/s from the first creation to the
+(GPU resources as plain extended resources); between them, with the DRAConsumableCapacity gate
+on, the same pods as claims of hami-py's DRA driver for the default kube-scheduler (bench/
+dra_bench.py: the same scheduler configuration, so the same client QPS, as the last run).
+Printed: pods/s from the first creation to the
 last binding, per-pod latency creation -> bound (p50/p99), and the ratio; where the time
 goes (hami-control's own time per call, the API server's writes per pod, each component's
 CPU seconds, decisions vs bindings); packing (GPUs in use per GPU pod) against the in-process
@@ -25,15 +29,24 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from benchlib import print_machine
+from dra_bench import dra_pods, packing_claims, publish_slices
+
 from hami_common import constants as C
 from hami_common import node_register, pod_devices
 from hami_control.cluster.kube import KubeApi
 from hami_sim.realcluster.cluster import RealCluster
+from hami_sim.realcluster.control_plane import start_controller_manager
 from hami_sim.replay import catalog
 from hami_sim.replay.run import InProcessPlacer, cluster_view
 from hami_sim.replay.trace import load_nodes, load_pods
 
 SPLIT = 10
+
+
+def load_gpu_nodes() -> list:
+    """The trace's GPU nodes."""
+    return [n for n in load_nodes(catalog.nodes_path()) if n.gpus]
 WAIT_S = 30.0          # a run ends when no pod has been bound for this long
 
 
@@ -235,31 +248,40 @@ def apiserver_counters(c) -> dict:
     return out
 
 
-def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> dict:
-    """Creates the pods for scheduler; the figures once each is bound (or WAIT_S passed
-    without a binding)."""
+def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
+        dra: bool = False) -> dict:
+    """Creates the pods for scheduler (with `dra`, claims of our DRA driver instead of
+    nvidia.com/* resources); the figures once each is bound (or WAIT_S passed without a
+    binding)."""
     v1 = c.core_v1
     v1.create_namespace({"metadata": {"name": namespace}})
     v1.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
+    if dra:
+        templates, bodies = dra_pods(pods, namespace, [(d.type, d.id, d.devmem)
+                                                       for n in load_gpu_nodes()
+                                                       for d in n.devices(SPLIT)])
+        c.apply(templates)
+    else:
+        bodies = [pod_body(p, namespace, scheduler) for p in pods]
     watcher = BindWatch(v1, namespace, len(pods), agent).start()
     time.sleep(1.0)
     created = {}
 
-    def create(p):
-        body = pod_body(p, namespace, scheduler)
+    def create(body):
         created[body["metadata"]["name"]] = time.monotonic()
         v1.create_namespaced_pod(namespace, body)
     counters, cpu = apiserver_counters(c), cpu_seconds(c)
     start = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(create, pods))
+        list(pool.map(create, bodies))
     print(f"{namespace}: {len(pods)} pods created in {time.monotonic() - start:.1f} s",
           file=sys.stderr)
     watcher.join()
     bound = watcher.bound
     counters = {k: v - counters[k] for k, v in apiserver_counters(c).items()}
     cpu = {name: round(t - cpu.get(name, 0.0), 1) for name, t in cpu_seconds(c).items()}
-    packing = packing_real(v1, namespace) if agent else None
+    packing = packing_claims(c, namespace) if dra else \
+        packing_real(v1, namespace) if agent else None
     served = server_times(c.control) if agent else None
     if len(bound) < len(pods):      # say why the rest stayed unbound
         left = next(p for p in v1.list_namespaced_pod(namespace).items
@@ -287,34 +309,41 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool) -> d
             if counters["webhook_calls"] else None, "cpu_s": cpu}
 
 
-def report(ours: dict, alone: dict, replay: dict, total: int) -> None:
-    """Prints both runs, their ratio, where the time went and packing vs the replay."""
-    for r in (ours, alone):
+def _packing(name: str, real: dict, replay: dict) -> None:
+    per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
+    print(f"k8s_{name}packing_gpus_per_pod={per_pod[0]:.3f}")
+    print(f"k8s_{name}packing_ratio={per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f}")
+    print(f"packing{' (' + name.rstrip('_') + ')' if name else ''}: {real['gpus']} GPUs for "
+          f"{real['pods']} GPU pods through kube-scheduler vs {replay['gpus']} for "
+          f"{replay['pods']} in the in-process replay of the same pods (GPUs per pod "
+          f"{per_pod[0]:.3f} vs {per_pod[1]:.3f})")
+
+
+def report(ours: dict, alone: dict, dra, replay: dict, total: int) -> None:
+    """Prints the runs, their ratios to kube-scheduler alone, where the time went and packing
+    vs the replay."""
+    runs = [("extender", ours), ("dra", dra), ("scheduler_alone", alone)]
+    runs = [(k, r) for k, r in runs if r is not None]
+    for _, r in runs:
         print(json.dumps(r))
-    ratio = ours["pods_per_s"] / alone["pods_per_s"] if alone["pods_per_s"] else 0.0
-    for key, r in (("extender", ours), ("scheduler_alone", alone)):
+    for key, r in runs:
         print(f"k8s_{key}_pods_per_s={r['pods_per_s']:.1f}")
         print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
         print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
-    print(f"k8s_throughput_ratio={ratio:.2f}")
-    print(f"API server writes per pod: {ours['apiserver_writes_per_pod']} with the extender "
-          f"(hami-node's part played by this script) vs {alone['apiserver_writes_per_pod']} "
-          "for kube-scheduler alone; single-object reads per pod: "
-          f"{ours['apiserver_reads_per_pod']} vs {alone['apiserver_reads_per_pod']}")
-    print(f"CPU seconds during the extender run: {ours['cpu_s']}")
+    base = alone["pods_per_s"]
+    for key, r in runs[:-1]:
+        name = "k8s_throughput" if key == "extender" else f"k8s_{key}_throughput"
+        print(f"{name}_ratio={r['pods_per_s'] / base if base else 0.0:.2f}")
+        print(f"{key} / kube-scheduler alone: {r['pods_per_s'] / base if base else 0.0:.2f} "
+              f"of the throughput ({r['pods_per_s']:.1f} vs {base:.1f} pods/s; {r['bound']} "
+              f"and {alone['bound']} of {total} pods bound); API server writes per pod "
+              f"{r['apiserver_writes_per_pod']} vs {alone['apiserver_writes_per_pod']}, "
+              f"single-object reads {r['apiserver_reads_per_pod']} vs "
+              f"{alone['apiserver_reads_per_pod']}; CPU seconds {r['cpu_s']}")
     print(f"CPU seconds during kube-scheduler alone: {alone['cpu_s']}")
-    real = ours["packing"]
-    per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
-    print(f"k8s_packing_gpus_per_pod={per_pod[0]:.3f}")
-    print(f"replay_packing_gpus_per_pod={per_pod[1]:.3f}")
-    print(f"k8s_packing_ratio={per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f}")
-    print(f"packing: {real['gpus']} GPUs for {real['pods']} GPU pods through kube-scheduler vs "
-          f"{replay['gpus']} for {replay['pods']} in the in-process replay of the same pods "
-          f"(GPUs per pod {per_pod[0]:.3f} vs {per_pod[1]:.3f}, ratio "
-          f"{per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f})")
-    print(f"extender / kube-scheduler alone: {ratio:.2f} of the throughput "
-          f"({ours['pods_per_s']:.1f} vs {alone['pods_per_s']:.1f} pods/s; "
-          f"{ours['bound']} and {alone['bound']} of {total} pods bound)")
+    _packing("", ours["packing"], replay)
+    if dra is not None:
+        _packing("dra_", dra["packing"], replay)
 
 
 def main() -> int:
@@ -327,13 +356,17 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=32, help="threads creating pods")
     ap.add_argument("--control-arg", action="append", default=[], metavar="FLAG",
                     help="one more hami-control flag (repeat), e.g. --control-arg=--threads=32")
+    ap.add_argument("--no-dra", dest="dra", action="store_false",
+                    help="leave out the DRA run (kube-scheduler allocating claims of our driver)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the work folder (components' logs) and print where it is")
     args = ap.parse_args()
+    print_machine()
     nodes = load_nodes(catalog.nodes_path())
     pods = [p for p in load_pods(catalog.pods_path())][:args.pods]
     c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True,
-                    keep=args.keep)
+                    keep=args.keep, dra=args.dra)
+    dra = None
     c.control_args = ["--handshake-interval", "0", "--log-level", "warning",
                       *args.control_arg]
     try:
@@ -341,13 +374,19 @@ def main() -> int:
         t0 = time.monotonic()
         publish(c.core_v1, nodes, args.threads)
         print(f"{len(nodes)} nodes published in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+        if args.dra:
+            publish_slices(c, nodes, args.threads)
+            start_controller_manager(c, controllers="resourceclaim-controller")
         ours = run(c, pods, "bench-extender", C.SCHEDULER_NAME, args.threads, agent=True)
+        if args.dra:
+            dra = run(c, pods, "bench-dra", "default-scheduler", args.threads, agent=False,
+                      dra=True)
         alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)
     finally:
         c.stop()
         if args.keep:
             print(f"logs kept in {c.logs}", file=sys.stderr)
-    report(ours, alone, packing_replay(nodes, pods), len(pods))
+    report(ours, alone, dra, packing_replay(nodes, pods), len(pods))
     return 0
 
 

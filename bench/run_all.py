@@ -28,6 +28,7 @@ BENCHES = [
     ("preempt_minimal.py", []),
     ("pod_watch_cost.py", []),
     ("replay_plot.py", ["--pods", "default", "--out", str(OUT / "replay_default.png")]),
+    ("dra_placement.py", []),
     ("k8s_throughput.py", []),      # real Kubernetes (tools/k8s/build.sh), needs root
 ]
 

@@ -54,3 +54,14 @@ LABEL_VGPU_NODE = "hami.io/vgpu-node"
 SCHEDULER_NAME = "hami-scheduler"
 DEVICE_VENDOR = "NVIDIA"
 DEVICE_MODE_HAMI_CORE = "hami-core"
+
+# Dynamic Resource Allocation (resource.k8s.io/v1): our driver, under a domain the project owns
+# (its GitHub organisation's pages), its DeviceClass, CDI kind and the capacities it publishes.
+DRA_DRIVER = "gpu.hami-py.github.io"
+DRA_DEVICE_CLASS = DRA_DRIVER
+DRA_CDI_KIND = "hami-py.github.io/gpu"
+DRA_MEMORY = "memory"          # bytes, consumable in steps of 1 MiB
+DRA_CORES = "cores"            # percent of the GPU's time, 0..100
+# Opt-in of a pod or namespace (label or pod annotation) to have the webhook turn
+# nvidia.com/gpu + gpumem + gpucores into a ResourceClaim.
+LABEL_DRA = "hami.io/dra"

@@ -6,6 +6,7 @@ from typing import Optional
 
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.ca_bundle import WebhookCaBundle
+from hami_control.cluster.dra_templates import DraTemplates
 from hami_control.cluster.leader import AlwaysLeader, LeaderElector
 from hami_control.cluster.leader_label import LeaderLabel
 from hami_control.cluster.status_writer import StatusWriter
@@ -63,6 +64,7 @@ class ControlPlane:
                                      lambda: self.leader.is_leader, clock)
         self.dashboard = Dashboard(config.dashboard, self.state, config.defaults) \
             if config.dashboard else None
+        self.dra_templates = DraTemplates(api, clock)
         self.sync = ClusterSync(api, self.state, clock, config.resync_s,
                                 config.handshake_interval_s, writer=api,
                                 is_leader=lambda: self.leader.is_leader,
@@ -115,6 +117,7 @@ class ControlPlane:
 
     def _on_pod(self, pod: dict, deleted: bool) -> None:
         self.stranded.on_pod(pod, deleted)
+        self.dra_templates.on_pod(pod, deleted)
         if self.dashboard:
             self.dashboard.record.on_pod(pod, deleted)
 
@@ -136,6 +139,7 @@ class ControlPlane:
                                  cfg.tls_key).start()
         if self.dashboard:
             self.dashboard.start()
+        self.dra_templates.start()
         self.sync.start()
         if self.leader_label:       # a restarted container's pod may still carry the label
             self.leader_label(False)
@@ -165,6 +169,7 @@ class ControlPlane:
         if self.leader_label and self.leader_label.labelled is not False:
             self.leader_label(False)
         self.sync.stop()
+        self.dra_templates.stop()
 
     @property
     def url(self) -> str:

@@ -28,15 +28,16 @@ static void format_uuid(const CUuuid *u, char *out, size_t len)
 static int register_device(const char *uuid, uint64_t total, int ordinal)
 {
     const struct vgpu_config *c = vgpu_config();
-    uint64_t limit = 0;
-    int rec = vgpu_ledger_register(uuid, total, c->mem_limit[ordinal], c->sm_limit[ordinal],
-                                   &limit);
+    const struct vgpu_uuid_limit *by_uuid = vgpu_config_uuid(c, uuid);
+    uint64_t limit = 0, want = by_uuid ? by_uuid->mem : c->mem_limit[ordinal];
+    uint32_t sm = by_uuid ? by_uuid->sm : c->sm_limit[ordinal];
+    int rec = vgpu_ledger_register(uuid, total, want, sm, &limit);
     if (rec < 0)
         vgpu_log(VGPU_LOG_ERROR, "no free device record for %s in the shared file", uuid);
-    else if (limit != c->mem_limit[ordinal])
+    else if (limit != want)
         vgpu_log(VGPU_LOG_WARN, "device %d (%s): the container's shared file limits it to %llu "
                  "bytes, not %llu as this process's environment says; the file wins", ordinal,
-                 uuid, (unsigned long long)limit, (unsigned long long)c->mem_limit[ordinal]);
+                 uuid, (unsigned long long)limit, (unsigned long long)want);
     return rec;
 }
 

@@ -18,6 +18,7 @@
 
 #define MEM_LIMIT "CUDA_DEVICE_MEMORY_LIMIT"
 #define SM_LIMIT "CUDA_DEVICE_SM_LIMIT"
+#define UUID_LIMIT "HAMI_VGPU_DEVICE_"
 
 static const struct {
     const char *suffix;
@@ -131,6 +132,62 @@ static int parse_limits(char *const *envp, struct vgpu_config *out, char *err, s
     return 0;
 }
 
+const struct vgpu_uuid_limit *vgpu_config_uuid(const struct vgpu_config *c, const char *uuid)
+{
+    for (int i = 0; i < c->n_by_uuid; i++)
+        if (strcmp(c->by_uuid[i].uuid, uuid) == 0)
+            return &c->by_uuid[i];
+    return NULL;
+}
+
+static int refuse_uuid_entry(const char *entry, const char *why, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s: %s (expected %s<tag>=GPU-<uuid>,<memory>,<SM percent>, e.g. "
+             "GPU-0fc3...,3000m,30)", entry, why, UUID_LIMIT);
+    return -1;
+}
+
+/* One HAMI_VGPU_DEVICE_<tag>=<uuid>,<memory>,<sm> entry. Each DRA device of a container sets
+ * one, under a tag of its own, so several claims never overwrite each other's variables; two
+ * entries for one GPU (two shares of it in one container) add up. */
+static int parse_uuid_entry(const char *entry, struct vgpu_config *out, char *err, size_t errlen)
+{
+    const char *value = strchr(entry, '=');
+    char buf[160], *save = NULL;
+    if (!value || snprintf(buf, sizeof buf, "%s", value + 1) >= (int)sizeof buf)
+        return refuse_uuid_entry(entry, "too long", err, errlen);
+    char *uuid = strtok_r(buf, ",", &save), *mem = strtok_r(NULL, ",", &save);
+    char *sm = strtok_r(NULL, ",", &save);
+    uint64_t bytes = 0;
+    long pct = sm ? parse_uint(sm, 1000000) : -1;
+    if (!uuid || strncmp(uuid, "GPU-", 4) != 0 || strlen(uuid) >= VGPU_UUID_LEN)
+        return refuse_uuid_entry(entry, "the first field must be a GPU UUID", err, errlen);
+    if (!mem || vgpu_parse_size(mem, &bytes) < 0)
+        return refuse_uuid_entry(entry, "the memory is not a size", err, errlen);
+    if (pct < 0 || strtok_r(NULL, ",", &save))
+        return refuse_uuid_entry(entry, "the SM limit is not a percentage", err, errlen);
+    struct vgpu_uuid_limit *l = (struct vgpu_uuid_limit *)vgpu_config_uuid(out, uuid);
+    if (!l) {
+        if (out->n_by_uuid == VGPU_MAX_DEVICES)
+            return refuse_uuid_entry(entry, "more GPUs than the shim keeps", err, errlen);
+        l = &out->by_uuid[out->n_by_uuid++];
+        snprintf(l->uuid, sizeof l->uuid, "%s", uuid);
+    }
+    l->mem = bytes > UINT64_MAX - l->mem ? UINT64_MAX : l->mem + bytes;
+    l->sm += (uint32_t)pct;
+    return 0;
+}
+
+static int parse_uuid_limits(char *const *envp, struct vgpu_config *out, char *err,
+                             size_t errlen)
+{
+    for (char *const *e = envp; e && *e; e++)
+        if (strncmp(*e, UUID_LIMIT, sizeof UUID_LIMIT - 1) == 0 &&
+            parse_uuid_entry(*e, out, err, errlen) < 0)
+            return -1;
+    return 0;
+}
+
 static int parse_policy(const char *text, int *out, char *err, size_t errlen)
 {
     static const char *const names[] = {"default", "force", "disable"};
@@ -193,7 +250,8 @@ static int cache_path(char *const *envp, struct vgpu_config *out, char *err, siz
 int vgpu_config_parse(char *const *envp, struct vgpu_config *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    if (parse_limits(envp, out, err, errlen) < 0 || parse_misc(envp, out, err, errlen) < 0)
+    if (parse_limits(envp, out, err, errlen) < 0 || parse_uuid_limits(envp, out, err, errlen) < 0 ||
+        parse_misc(envp, out, err, errlen) < 0)
         return -1;
     return cache_path(envp, out, err, errlen);
 }

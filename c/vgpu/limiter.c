@@ -33,9 +33,13 @@ static int64_t typical_ns;
 
 void vgpu_limiter_init(const struct vgpu_config *cfg)
 {
-    for (int i = 0; i < VGPU_MAX_DEVICES; i++)
-        if (cfg->sm_limit[i] > 0 && cfg->sm_limit[i] < 100 && cfg->policy != VGPU_POLICY_DISABLE)
+    for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
+        uint32_t by_ordinal = cfg->sm_limit[i];
+        uint32_t by_uuid = i < cfg->n_by_uuid ? cfg->by_uuid[i].sm : 0;
+        if (((by_ordinal > 0 && by_ordinal < 100) || (by_uuid > 0 && by_uuid < 100)) &&
+            cfg->policy != VGPU_POLICY_DISABLE)
             vgpu_limiter_on = 1;
+    }
     if (vgpu_limiter_on)
         vgpu_log(VGPU_LOG_INFO, "compute limit on (device 0: %u%%; share of device time)",
                  cfg->sm_limit[0]);

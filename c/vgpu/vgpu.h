@@ -34,9 +34,19 @@ static inline int64_t vgpu_now_ns(void)
 
 /* ---- configuration (env.c): pure functions of the environment's text ---- */
 
+/* Limits given for one GPU by its UUID (HAMI_VGPU_DEVICE_<tag>=<uuid>,<memory>,<sm percent>):
+ * they win over the ordinal forms, whatever ordinal the device has in a process. */
+struct vgpu_uuid_limit {
+    char uuid[VGPU_UUID_LEN];
+    uint64_t mem;
+    uint32_t sm;
+};
+
 struct vgpu_config {
     uint64_t mem_limit[VGPU_MAX_DEVICES]; /* per CUDA ordinal as the application sees it */
     uint32_t sm_limit[VGPU_MAX_DEVICES];  /* percent; 0: none */
+    struct vgpu_uuid_limit by_uuid[VGPU_MAX_DEVICES];
+    int n_by_uuid;
     uint64_t ctx_overhead;                /* bytes counted per context */
     char cache_path[PATH_MAX];
     int cache_is_default; /* CUDA_DEVICE_MEMORY_SHARED_CACHE unset: a private per-user file */
@@ -50,6 +60,8 @@ struct vgpu_config {
 int vgpu_parse_size(const char *text, uint64_t *out);
 /* Reads every variable from `envp`; on failure returns -1 with one line in `err` naming it. */
 int vgpu_config_parse(char *const *envp, struct vgpu_config *out, char *err, size_t errlen);
+/* The limits given for a UUID, or NULL when none are. */
+const struct vgpu_uuid_limit *vgpu_config_uuid(const struct vgpu_config *c, const char *uuid);
 
 /* ---- logging (log.c): one line per message on stderr, "hami-vgpu: ..." ---- */
 enum { VGPU_LOG_ERROR = 0, VGPU_LOG_WARN = 1, VGPU_LOG_INFO = 2, VGPU_LOG_DEBUG = 3 };

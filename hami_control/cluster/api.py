@@ -155,3 +155,17 @@ class NamespaceApi(Protocol):
 
     def get_namespace(self, name: str) -> Optional[dict]:
         """The namespace, or None."""
+
+
+@runtime_checkable
+class DraTemplateApi(Protocol):
+    """What the DRA opt-in's template maker needs."""
+
+    def create_claim_template(self, namespace: str, template: dict) -> dict:
+        """Creates a ResourceClaimTemplate (Conflict if it exists)."""
+
+    def list_slices(self, driver: str) -> list:
+        """The ResourceSlices of one DRA driver."""
+
+    def create_event(self, namespace: str, event: dict) -> None:
+        """Records a core/v1 Event."""

@@ -284,8 +284,19 @@ class KubeApi:
     def get_namespace(self, name: str) -> Optional[dict]:
         return self._get(f"/api/v1/namespaces/{_q(name)}")
 
+    # --- DraTemplateApi ------------------------------------------------------------------
+    def create_claim_template(self, namespace: str, template: dict) -> dict:
+        return self._request("POST", f"{_RESOURCE}/namespaces/{_q(namespace)}/"
+                             "resourceclaimtemplates", template)
+
+    def list_slices(self, driver: str) -> list:
+        body = self._request("GET", f"{_RESOURCE}/resourceslices?fieldSelector="
+                             f"spec.driver%3D{_q(driver)}")
+        return body.get("items") or []
+
 
 _WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+_RESOURCE = "/apis/resource.k8s.io/v1"
 
 
 def _q(segment: str) -> str:

@@ -11,6 +11,12 @@ binpack, spread and fragaware. Each is both a node policy and a GPU policy.
   node, then to a random one: with uniformly random ties FGD lands near 90% on the default
   trace in this simulator, with best-fit ties on the published 95% (see docs/placement.md).
 Whole-GPU containers take the lowest-numbered free GPUs under all three.
+
+One more, for the DRA comparison (bench/dra_placement.py):
+- kubedra: what kube-scheduler does with GPUs as DRA devices (Kubernetes 1.34): devices are not
+  scored, so a node scores by kube-scheduler's default NodeResourcesFit (LeastAllocated) plus
+  NodeResourcesBalancedAllocation over CPU and memory alone, ties broken at random; within the
+  node the DRA allocator takes the first fitting devices in the slice's order (GPU index).
 """
 import math
 import random
@@ -162,3 +168,22 @@ class FGD(_Paper):
         drop = self.measure.before(node) - self.measure.after(node, request, plan)
         fgd = int(100.0 / (1.0 + math.exp(-drop / 1000.0)))
         return fgd + self._fit.score(node, request, plan) / 1000.0
+
+
+class KubeDra(_Paper):
+    """kube-scheduler's default scores over CPU and memory; first-fit devices (see the top)."""
+
+    name = "kubedra"
+
+    def pick(self, node, candidates, ctr, request):
+        return _lowest(candidates, ctr)
+
+    def score(self, node, request, plan) -> float:
+        if node.cpu_capacity is None or node.mem_capacity is None or \
+                not node.cpu_capacity or not node.mem_capacity:
+            return 0.0
+        used = ((node.cpu_used + request.cpu_milli) / node.cpu_capacity,
+                (node.mem_used + request.memory_mib) / node.mem_capacity)
+        least = sum(int((1.0 - u) * 100) for u in used) // 2
+        balanced = int((1.0 - abs(used[0] - used[1]) / 2) * 100)
+        return float(least + balanced)

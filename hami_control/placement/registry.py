@@ -3,7 +3,7 @@ ask for the paper's baselines random, bestfit and fgd (fgd needs its typical wor
 import random
 from typing import Optional
 
-from hami_control.placement.baselines import FGD, BestFit, Random
+from hami_control.placement.baselines import FGD, BestFit, KubeDra, Random
 from hami_control.placement.fragaware import FragAware
 from hami_control.placement.learn import OnlineWorkload
 from hami_control.placement.model import PlacementError
@@ -11,7 +11,7 @@ from hami_control.placement.policy import Binpack, Spread
 from hami_control.placement.workload import Workload
 
 SERVER_POLICIES = ("binpack", "spread", "fragaware")
-BASELINE_POLICIES = ("random", "bestfit", "fgd")
+BASELINE_POLICIES = ("random", "bestfit", "fgd", "kubedra")
 
 
 class PolicyRegistry:
@@ -37,6 +37,8 @@ class PolicyRegistry:
             return Random(self.rng)
         if name == "bestfit":
             return BestFit()
+        if name == "kubedra":
+            return KubeDra()
         if self.fgd_workload is None:
             raise PlacementError("policy fgd needs the typical workload of the whole trace; it "
                                  "is a replay baseline, not available in the server")

@@ -8,7 +8,9 @@ Rules, in order (HAMi's, with its defaults):
    numbers, memory and percentage together), an unknown scheduling policy annotation;
 3. otherwise allowed with a JSON patch: `schedulerName`, `runtimeClassName` when one is
    configured (--runtime-class) and the pod names none, and `nvidia.com/gpu` (the default
-   count) on containers that give memory or cores without a count.
+   count) on containers that give memory or cores without a count;
+4. or, for a pod opted in to DRA (`hami.io/dra: "true"` on it or its namespace), a patch that
+   turns its nvidia.com/* resources into ResourceClaims (webhook/dra.py).
 Answered in the AdmissionReview version it was asked in (admission.k8s.io/v1 or v1beta1).
 """
 import base64
@@ -21,6 +23,7 @@ from hami_common.podshape import pod_problem
 from hami_common.request import RequestDefaults, parse_pod
 from hami_control.errors import BadRequest
 from hami_control.placement.registry import SERVER_POLICIES
+from hami_control.webhook.dra import removals, dra_patch, opted_in
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -111,19 +114,34 @@ class Webhook:
         if denial:
             return {"allowed": False, "status": {"code": 403, "reason": "Forbidden",
                                                  "message": denial}}
-        patch = self._patch(spec, asking)
+        if opted_in(meta, self._namespace_labels(meta, request)):
+            patch = self._dra_patch(pod, meta, spec, asking)
+        else:
+            patch = self._patch(spec, asking)
         return {"patchType": "JSONPatch",
                 "patch": base64.b64encode(json.dumps(patch).encode()).decode()}
+
+    def _namespace_labels(self, meta: Mapping, request: Mapping) -> Mapping:
+        namespace = request.get("namespace") or meta.get("namespace")
+        if isinstance(namespace, str) and namespace:
+            return self.namespace_labels(namespace) or {}
+        return {}
 
     def _ignored(self, meta: Mapping, request: Mapping) -> bool:
         labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
         if labels.get(C.LABEL_WEBHOOK) == C.LABEL_WEBHOOK_IGNORE:
             return True
-        namespace = request.get("namespace") or meta.get("namespace")
-        if isinstance(namespace, str) and namespace:
-            ns_labels = self.namespace_labels(namespace) or {}
-            return ns_labels.get(C.LABEL_WEBHOOK) == C.LABEL_WEBHOOK_IGNORE
-        return False
+        ns_labels = self._namespace_labels(meta, request)
+        return ns_labels.get(C.LABEL_WEBHOOK) == C.LABEL_WEBHOOK_IGNORE
+
+    def _dra_patch(self, pod: Mapping, meta: Mapping, spec: Mapping, asking) -> list:
+        asks = {c.name: c for c in parse_pod(pod, self.defaults).containers if c.nums}
+        with_gpus = [(path, c) for path, c in asking if c.get("name") in asks]
+        ops = dra_patch(spec, meta, with_gpus, asks) if with_gpus else []
+        # A container asking only for nvidia.com/priority keeps no nvidia.com/* resource
+        # either: no node offers them to a claim user.
+        return ops + [op for path, c in asking if c.get("name") not in asks
+                      for op in removals(path, c)]
 
     def _ours(self, spec: Mapping) -> bool:
         name = spec.get("schedulerName")

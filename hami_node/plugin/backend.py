@@ -75,3 +75,7 @@ class DeviceBackend(Protocol):
 
     def process_memory(self, uuid: str) -> dict:
         """Host pid -> device memory in bytes as the driver counts it, for one GPU."""
+
+    def versions(self) -> tuple:
+        """(driver version, CUDA driver API version) as text, e.g. ("550.54.15", "12.4");
+        empty where the driver does not say."""

@@ -65,7 +65,7 @@ def cmd_serve(argv: List[str]) -> int:
     except NodeAgentError as e:
         log(f"cannot start: {e}")
         return 1
-    print(f"ready socket={agent.server.socket_path} metrics={agent.metrics_url or '-'}",
+    print(f"ready socket={agent.socket_path} metrics={agent.metrics_url or '-'}",
           flush=True)
     try:
         return agent.run(stop)

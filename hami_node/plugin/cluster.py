@@ -55,23 +55,31 @@ def _annotation_patch(annotations: dict, resource_version: Optional[str]) -> dic
     return {"metadata": meta}
 
 
+def call(what: str, fn, *args, **kwargs) -> dict:
+    """One call of a generated client method, answered as raw JSON; ClusterError naming
+    `what` and the API server's reason when it fails."""
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError
+    try:
+        resp = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        return json.loads(resp.data) if resp.data else {}
+    except ApiException as e:
+        raise ClusterError(f"{what}: {e.status} {_reason(e)}", e.status) from e
+    except (OSError, ValueError, HTTPError) as e:
+        raise ClusterError(f"{what}: API server unreachable or answered garbage: {e}") from e
+
+
 class KubeCluster:
     """ClusterApi over the official kubernetes client."""
 
     def __init__(self, api_client):
         from kubernetes import client
+        self.api_client = api_client
         self._v1 = client.CoreV1Api(api_client)
 
-    def _call(self, what: str, fn, *args, **kwargs):
-        from kubernetes.client.rest import ApiException
-        from urllib3.exceptions import HTTPError
-        try:
-            resp = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
-            return json.loads(resp.data) if resp.data else {}
-        except ApiException as e:
-            raise ClusterError(f"{what}: {e.status} {_reason(e)}", e.status) from e
-        except (OSError, ValueError, HTTPError) as e:
-            raise ClusterError(f"{what}: API server unreachable or answered garbage: {e}") from e
+    @staticmethod
+    def _call(what: str, fn, *args, **kwargs):
+        return call(what, fn, *args, **kwargs)
 
     def get_node(self, name: str) -> dict:
         """GET the node."""

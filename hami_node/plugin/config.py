@@ -65,6 +65,12 @@ def _address(value: str):
     return None
 
 
+def _one_of(*choices) -> Callable:
+    def check(value):
+        return None if value in choices else f"must be one of {', '.join(choices)}"
+    return check
+
+
 def _xids(values):
     bad = [v for v in values if v < 0]
     return f"XIDs are non-negative integers, got {bad}" if bad else None
@@ -132,6 +138,17 @@ KEYS = (
         "container whose device node is missing)"),
     Key("devicePluginDir", "str", "/var/lib/kubelet/device-plugins",
         "kubelet's device plugin directory"),
+    Key("kubeletPlugin", "str", "devicePlugin", "how kubelet gets the GPUs: devicePlugin "
+        "(nvidia.com/gpu slices placed by hami-scheduler) or dra (ResourceSlices whose GPUs "
+        "kube-scheduler allocates to ResourceClaims; Kubernetes 1.34+)",
+        _one_of("devicePlugin", "dra")),
+    Key("kubeletRootDir", "str", "/var/lib/kubelet", "kubelet's --root-dir (dra: the plugin's "
+        "sockets and checkpoint live under it)"),
+    Key("cdiSpecDir", "str", "/var/run/cdi", "dra: where the claims' CDI specs are written (a "
+        "CDI folder of the container runtime)"),
+    Key("draConsumableCapacity", "bool", True, "dra: publish each GPU as shareable, its memory "
+        "and cores consumed per claim (needs the DRAConsumableCapacity gate; without it the API "
+        "server drops the fields and whole GPUs are published, with a log line)"),
     Key("kubeconfig", "str", "", "kubeconfig file; empty: in-cluster service account",
         env=("KUBECONFIG",), per_node=False),
     Key("shimHostDir", "str", "/usr/local/vgpu", "host directory of libvgpu.so, ld.so.preload "
@@ -167,6 +184,10 @@ class NodeConfig:
     evict_over_cap: bool = False
     pass_device_specs: bool = True
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    kubelet_plugin: str = "devicePlugin"
+    kubelet_root_dir: str = "/var/lib/kubelet"
+    cdi_spec_dir: str = "/var/run/cdi"
+    dra_consumable_capacity: bool = True
     kubeconfig: str = ""
     shim_host_dir: str = "/usr/local/vgpu"
     metrics_address: str = "0.0.0.0:9394"

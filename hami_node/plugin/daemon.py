@@ -31,7 +31,7 @@ class NodeAgent:
 
     def __init__(self, config: NodeConfig, *, backend: Optional[DeviceBackend] = None,
                  cluster: Optional[ClusterApi] = None, notifier: Optional[Notifier] = None,
-                 usage_reader: Optional[UsageReader] = None,
+                 usage_reader: Optional[UsageReader] = None, dra_api=None,
                  log: Callable[[str], None] = print):
         self.config, self.log = config, log
         if backend is None:
@@ -45,6 +45,9 @@ class NodeAgent:
         self.usage_reader = usage_reader
         self.metrics = AgentMetrics()
         self.publisher: Optional[NodePublisher] = None
+        self.service: Optional[DevicePluginService] = None
+        self.dra_api = dra_api            # the DRA driver's API (kubeletPlugin: dra)
+        self.socket_path = ""             # where kubelet calls us, once started
         self.metrics_url = ""
         self.layout = HostLayout(Path(config.shim_host_dir))
         self._parts = []
@@ -97,6 +100,27 @@ class NodeAgent:
         self.health = HealthMonitor(self.backend, table, c.ignored_xids,
                                     c.health_recovery_seconds, log=self.log,
                                     on_xid=self.metrics.observe_xid).start()
+        self._parts = [("health monitor", self.health)]
+        if c.kubelet_plugin == "dra":
+            from hami_node.dra.agent import start_dra
+            parts, self.socket_path = start_dra(c, table, self.backend, self.cluster,
+                                                self.layout, self.dra_api, log=self.log)
+            self._parts += parts
+        else:
+            self._start_device_plugin(table)
+        if c.over_cap_check_seconds:
+            self._parts.append(("over-cap check", OverCapWatch(
+                self.backend, self.cluster, c.node_name, c.over_cap_check_seconds,
+                evict=c.evict_over_cap, on_round=self.metrics.observe_over_cap,
+                log=self.log).start()))
+        self.metrics.up.set(1)
+        self.notifier.ready(f"serving {len(table.gpus)} GPU(s) as a DRA driver"
+                            if c.kubelet_plugin == "dra" else
+                            f"serving {len(table.gpus)} GPU(s) x {c.device_split_count}")
+        return self
+
+    def _start_device_plugin(self, table: DeviceTable) -> None:
+        c = self.config
         self.allocator = Allocator(self.cluster, table, c.node_name, self._limits(), self.layout,
                                    log=self.log, observe=self.metrics.observe_allocate)
         self.service = DevicePluginService(table, self.allocator, log=self.log,
@@ -105,21 +129,14 @@ class NodeAgent:
         self.server = PluginServer(c.device_plugin_dir, endpoint_name(c.resource_name),
                                    c.resource_name, self.service, log=self.log,
                                    on_register=self._registered).start()
+        self.socket_path = self.server.socket_path
         self.publisher = NodePublisher(
             self.cluster, table, c.node_name, c.device_memory_scaling, c.device_core_scaling,
             c.annotation_interval, layout=self.layout,
             housekeeping=self.allocator.release_stale_lock, log=self.log,
             on_patch=self.metrics.annotation_patches.inc).start()
-        self._parts = [("health monitor", self.health), ("kubelet registration", self.server),
-                       ("node annotation publisher", self.publisher)]
-        if c.over_cap_check_seconds:
-            self._parts.append(("over-cap check", OverCapWatch(
-                self.backend, self.cluster, c.node_name, c.over_cap_check_seconds,
-                evict=c.evict_over_cap, on_round=self.metrics.observe_over_cap,
-                log=self.log).start()))
-        self.metrics.up.set(1)
-        self.notifier.ready(f"serving {len(table.gpus)} GPU(s) x {c.device_split_count}")
-        return self
+        self._parts += [("kubelet registration", self.server),
+                        ("node annotation publisher", self.publisher)]
 
     def _registered(self) -> None:
         self.metrics.registrations.inc()
@@ -146,7 +163,8 @@ class NodeAgent:
         """Stops every part (registration last to first), removing our socket."""
         self.notifier.stopping()
         self.metrics.up.set(0)
-        self.service.stopping.set()
+        if self.service is not None:
+            self.service.stopping.set()
         for _, part in reversed(self._parts):
             part.stop()
         if self._http is not None:

@@ -21,7 +21,8 @@ def packaged_shim() -> Path:
     return Path(__file__).resolve().parent.parent / "shim" / "lib" / "libvgpu.so"
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+def write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Writes a file whole or not at all: a temporary file, fsynced, renamed over path."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -55,13 +56,13 @@ def install_shim(layout: HostLayout, source: Optional[Path] = None) -> Path:
         os.chmod(layout.containers, 0o755)
         versioned = layout.root / f"libvgpu-{hashlib.sha256(data).hexdigest()[:16]}.so"
         if not versioned.exists() or versioned.read_bytes() != data:
-            _write_atomic(versioned, data, 0o755)
+            write_atomic(versioned, data, 0o755)
         link_tmp = layout.root / f".{layout.lib.name}.link-{os.getpid()}"
         if os.path.lexists(link_tmp):
             link_tmp.unlink()
         os.symlink(versioned.name, link_tmp)
         os.replace(link_tmp, layout.lib)
-        _write_atomic(layout.preload, (CONTAINER_LIB + "\n").encode(), 0o644)
+        write_atomic(layout.preload, (CONTAINER_LIB + "\n").encode(), 0o644)
         _fsync_dir(layout.root)
     except OSError as e:
         raise ShimInstallError(f"cannot install into {layout.root}: {e}; run as root or give "

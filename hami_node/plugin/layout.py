@@ -6,6 +6,8 @@ Host:                                        Container:
   <host>/ld.so.preload                         /etc/ld.so.preload              (read-only)
   <host>/containers/<pod-uid>_<ctr>/           /usr/local/vgpu/shared/         (read-write)
   <host>/containers/<pod-uid>_<ctr>.json       (not mounted: who the directory belongs to)
+  <host>/claims/<claim-uid>/                   /usr/local/vgpu/shared/         (read-write, DRA)
+  <host>/claims/<claim-uid>.json               (not mounted: the claim and its devices)
 """
 import json
 import os
@@ -24,6 +26,7 @@ PRELOAD_PATH = "/etc/ld.so.preload"
 LIB_NAME = "libvgpu.so"
 PRELOAD_NAME = "ld.so.preload"
 CONTAINERS = "containers"
+CLAIMS = "claims"
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,19 @@ class HostLayout:
         """Who one shared directory belongs to (read by the metrics)."""
         return self.containers / f"{pod_uid}_{container}.json"
 
+    @property
+    def claims(self) -> Path:
+        """Parent of the DRA claims' shared directories."""
+        return self.root / CLAIMS
+
+    def claim_dir(self, claim_uid: str) -> Path:
+        """One claim's shared directory (every container using the claim mounts it)."""
+        return self.claims / claim_uid
+
+    def claim_meta(self, claim_uid: str) -> Path:
+        """The claim's namespace, name and devices (read by the metrics)."""
+        return self.claims / f"{claim_uid}.json"
+
 
 def prepare_container(layout: HostLayout, pod_uid: str, container: str, meta: dict) -> Path:
     """A fresh, world-writable shared directory for one container plus its metadata file.
@@ -82,14 +98,23 @@ def remove_container(layout: HostLayout, pod_uid: str, container: str) -> None:
 
 def read_container_metas(layout: HostLayout) -> list:
     """Every container's metadata (dicts), skipping unreadable files."""
+    return _read_metas(layout.containers)
+
+
+def read_claim_metas(layout: HostLayout) -> list:
+    """Every prepared DRA claim's metadata (dicts with its UID as `_uid`)."""
+    return _read_metas(layout.claims)
+
+
+def _read_metas(folder: Path) -> list:
     out = []
-    for path in sorted(layout.containers.glob("*.json")):
+    for path in sorted(folder.glob("*.json")):
         try:
             meta = json.loads(path.read_text())
             mtime = path.stat().st_mtime
         except (OSError, ValueError):
             continue  # being written, or removed meanwhile
         if isinstance(meta, dict):
-            meta["_mtime"] = mtime
+            meta["_mtime"], meta["_uid"] = mtime, path.stem
             out.append(meta)
     return out

@@ -7,7 +7,9 @@ HAMi's names and labels (its vGPU monitor):
                                          {podnamespace, podname, ctrname, vdeviceid, deviceuuid}
   Device_memory_desc_of_container        the same + {context, module, data, offset}
 The per-container figures come from each container's shared file (read through the shim's
-Python API, injected as a UsageReader); the limits from what Allocate handed out.
+Python API, injected as a UsageReader); the limits from what Allocate handed out. A prepared
+DRA claim counts as one more "container": its name as podname, an empty ctrname, its limits
+from its allocation (the claim's shared file is shared by every container using it).
 """
 import threading
 import time
@@ -113,18 +115,32 @@ class NodeCollector:
                                        "Seconds since the container's last kernel launch",
                                        labels=CTR_LABELS)}
         utilization = {}   # per scrape, one NVML query per GPU at most
-        for meta in L.read_container_metas(self.layout):
-            uid, ctr = str(meta.get("uid")), str(meta.get("container"))
-            use = self.reader(self.layout.container_dir(uid, ctr) / L.CACHE_FILE)
-            for i, dev in enumerate(meta.get("devices") or []):
-                uuid = str(dev.get("uuid"))
-                labels = [str(meta.get("namespace")), str(meta.get("pod")), ctr, str(i), uuid]
+        for namespace, name, ctr, cache, devices in self._users():
+            use = self.reader(cache)
+            for i, (uuid, limit) in enumerate(devices):
+                labels = [namespace, name, ctr, str(i), uuid]
                 recorded = use.devices.get(uuid) if use else None
                 f["limit"].add_metric(labels, recorded.limit if recorded and recorded.limit
-                                      else int(dev.get("memory_mib", 0)) * MIB)
+                                      else limit)
                 if recorded is not None:
                     self._device(f, labels, recorded, use.last_kernel, utilization)
         return tuple(f.values())
+
+    def _users(self):
+        """(namespace, pod, container, shared file, [(GPU UUID, limit bytes)]) of every
+        container given GPUs by Allocate, and of every prepared DRA claim: its name stands for
+        the pod (a claim may serve several pods) and the container is empty."""
+        for meta in L.read_container_metas(self.layout):
+            uid, ctr = str(meta.get("uid")), str(meta.get("container"))
+            yield (str(meta.get("namespace")), str(meta.get("pod")), ctr,
+                   self.layout.container_dir(uid, ctr) / L.CACHE_FILE,
+                   [(str(d.get("uuid")), int(d.get("memory_mib", 0)) * MIB)
+                    for d in meta.get("devices") or []])
+        for meta in L.read_claim_metas(self.layout):
+            yield (str(meta.get("namespace")), str(meta.get("name")), "",
+                   self.layout.claim_dir(meta["_uid"]) / L.CACHE_FILE,
+                   [(str(d.get("uuid")), int(d.get("memory", 0)))
+                    for d in meta.get("devices") or []])
 
     def _device(self, f: dict, labels: list, recorded: DeviceUse, last_kernel: float,
                 utilization: dict) -> None:

@@ -121,6 +121,21 @@ class NvmlBackend:
                    memory_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total) // MIB,
                    numa=max(numa, 0), minor=minor)
 
+    def versions(self) -> tuple:
+        """The driver's version and its CUDA version (12040 -> "12.4")."""
+        self._init()
+        nvml = self._nvml
+        try:
+            driver = _text(nvml.nvmlSystemGetDriverVersion())
+        except nvml.NVMLError:
+            driver = ""
+        try:
+            cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
+            cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        except nvml.NVMLError:
+            cuda_text = ""
+        return driver, cuda_text
+
     def probe(self, uuid: str) -> Optional[str]:
         """None when the GPU answers a memory query, else the NVML error."""
         try:

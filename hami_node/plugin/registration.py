@@ -19,7 +19,8 @@ POLL_S = 0.1
 REGISTER_TIMEOUT_S = 5.0
 
 
-def _inode(path: str) -> Optional[int]:
+def inode(path: str) -> Optional[int]:
+    """The file's inode number (None when it is gone): a socket made again has a new one."""
     try:
         return os.stat(path).st_ino
     except FileNotFoundError:
@@ -84,14 +85,14 @@ class PluginServer:
                 timeout=REGISTER_TIMEOUT_S)
 
     def _watch(self) -> None:
-        registered_with, served = None, _inode(self.socket_path)
+        registered_with, served = None, inode(self.socket_path)
         complained = False
         while not self._stop.is_set():
-            if _inode(self.socket_path) != served:
+            if inode(self.socket_path) != served:
                 self.log("our socket was removed (kubelet restarted?); serving it again")
                 self._serve()
-                served, registered_with = _inode(self.socket_path), None
-            kubelet = _inode(self.kubelet_socket)
+                served, registered_with = inode(self.socket_path), None
+            kubelet = inode(self.kubelet_socket)
             if kubelet is not None and kubelet != registered_with:
                 try:
                     self.register()

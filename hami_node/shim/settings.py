@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from hami_node.shim.errors import ShimConfigError, ShimError
 from hami_node.shim.layout import MAX_DEVICES, POLICY_NAMES
@@ -22,6 +22,10 @@ POLICY = "GPU_CORE_UTILIZATION_POLICY"
 PRIORITY = "CUDA_TASK_PRIORITY"
 LOG_LEVEL = "LIBCUDA_LOG_LEVEL"
 CONTEXT_OVERHEAD = "HAMI_VGPU_CONTEXT_OVERHEAD"
+# HAMI_VGPU_DEVICE_<tag>=<GPU UUID>,<memory>,<SM percent>: limits of one GPU by its UUID, under
+# a tag of the writer's choosing (each DRA device its own, so claims never collide).
+UUID_LIMIT = "HAMI_VGPU_DEVICE_"
+_TAG = re.compile(r"[A-Za-z0-9_]+")
 POLICIES = tuple(POLICY_NAMES.values())  # in the order of enum vgpu_policy
 _INDEXED = re.compile(rf"({MEM_LIMIT}|{SM_LIMIT})_(.*)")
 
@@ -38,6 +42,8 @@ class ShimSettings:
     priority: Optional[int] = None
     log_level: Optional[int] = None
     context_overhead: Optional[int] = None       # bytes counted per CUDA context
+    # tag -> (GPU UUID, bytes, SM percent); wins over the ordinal forms for that GPU
+    uuid_limits: Dict[str, Tuple[str, int, int]] = field(default_factory=dict)
 
     def to_env(self) -> Dict[str, str]:
         """The environment variables for these settings (only those that are set)."""
@@ -58,6 +64,8 @@ class ShimSettings:
                 env[name] = str(value)
         if self.context_overhead is not None:
             env[CONTEXT_OVERHEAD] = env_size(self.context_overhead)
+        env.update({UUID_LIMIT + tag: f"{uuid},{env_size(mem)},{sm}"
+                    for tag, (uuid, mem, sm) in self.uuid_limits.items()})
         return env
 
     def validate(self) -> None:
@@ -72,6 +80,19 @@ class ShimSettings:
             raise ShimConfigError(f"{POLICY}={self.policy!r} must be one of {', '.join(POLICIES)}")
         if self.log_level is not None and not 0 <= self.log_level <= 4:
             raise ShimConfigError(f"{LOG_LEVEL}={self.log_level} must be 0 (errors) to 4 (debug)")
+        for tag, (uuid, mem, sm) in self.uuid_limits.items():
+            if not _TAG.fullmatch(tag) or not uuid.startswith("GPU-") or mem < 0 or sm < 0:
+                raise ShimConfigError(f"{UUID_LIMIT}{tag}: needs a tag of letters, digits and _, "
+                                      f"a GPU UUID and non-negative limits, got {uuid!r}, {mem}, "
+                                      f"{sm}")
+        if len({uuid for uuid, _, _ in self.uuid_limits.values()}) > MAX_DEVICES:
+            raise ShimConfigError(f"{UUID_LIMIT}*: more than {MAX_DEVICES} GPUs")
+
+    def uuid_limit(self, uuid: str) -> Optional[Tuple[int, int]]:
+        """(bytes, SM percent) given for a GPU by its UUID (entries for one GPU add up), or
+        None when none is given (the ordinal forms then apply)."""
+        mine = [(mem, sm) for u, mem, sm in self.uuid_limits.values() if u == uuid]
+        return (sum(m for m, _ in mine), sum(s for _, s in mine)) if mine else None
 
     def limit_for(self, ordinal: int) -> int:
         """The memory limit of a device as the application numbers it; 0 means none."""
@@ -97,14 +118,24 @@ class ShimSettings:
             elif value:
                 per_sm[int(index)] = _percent(name, value)
         policy = (env.get(POLICY) or "default").lower()
+        by_uuid = {name[len(UUID_LIMIT):]: _uuid_entry(name, value)
+                   for name, value in env.items() if name.startswith(UUID_LIMIT)}
         settings = cls(memory_limit=size(MEM_LIMIT), device_memory_limits=per_mem,
                        sm_limit=_percent(SM_LIMIT, env[SM_LIMIT]) if env.get(SM_LIMIT) else None,
                        device_sm_limits=per_sm, cache_path=env.get(SHARED_CACHE) or None,
                        policy=policy, priority=_number(env, PRIORITY, 1000),
                        log_level=_number(env, LOG_LEVEL, 4),
-                       context_overhead=size(CONTEXT_OVERHEAD))
+                       context_overhead=size(CONTEXT_OVERHEAD), uuid_limits=by_uuid)
         settings.validate()
         return settings
+
+
+def _uuid_entry(name: str, value: str) -> Tuple[str, int, int]:
+    parts = value.split(",")
+    if len(parts) != 3 or not parts[0].startswith("GPU-"):
+        raise ShimConfigError(f"{name}={value!r}: expected <GPU UUID>,<memory>,<SM percent>, "
+                              "e.g. GPU-0fc3...,3000m,30")
+    return parts[0], parse_size(parts[1], name), _percent(name, parts[2])
 
 
 def _percent(name: str, text: str) -> int:

@@ -150,6 +150,10 @@ def info() -> dict:
     ctx, dev = _context()
     result = _device_info(dev)
     result["count"] = cuda_ok(cu.cuDeviceGetCount())
+    # Every visible device as the container sees it (its memory is its limit under the shim).
+    result["devices"] = [{"name": cuda_ok(cu.cuDeviceGetName(64, d)).split(b"\0", 1)[0]
+                          .decode(), "total_mib": cuda_ok(cu.cuDeviceTotalMem(d)) // MIB}
+                         for d in (cuda_ok(cu.cuDeviceGet(i)) for i in range(result["count"]))]
     cuda_ok(cu.cuCtxDestroy(ctx))
     print(f"device 0 of {result['count']}: {result['name']}, {result['total_mib']} MiB, "
           f"{result['sms']} SMs")

@@ -29,6 +29,7 @@ from hami_sim.kubeconfig import write_kubeconfig
 from hami_sim.launch import Startable
 from hami_sim.realcluster import config as cfg
 from hami_sim.realcluster.components import COMPONENTS, ensure_components
+from hami_sim.realcluster.dra import DRA_GATES
 from hami_sim.realcluster.pki import make_pki
 from hami_sim.realcluster.reaper import reap
 
@@ -78,7 +79,7 @@ class RealCluster(Startable):
 
     def __init__(self, workdir=None, step: Step = lambda _m: None, keep: bool = False,
                  node: NodeSpec = NODE, scheduling_only: bool = False,
-                 install: str = "processes"):
+                 install: str = "processes", dra: bool = False):
         if install not in INSTALL_MODES:
             raise ClusterError(f"install must be one of {', '.join(INSTALL_MODES)}, "
                                f"not {install!r}")
@@ -100,6 +101,10 @@ class RealCluster(Startable):
         self.control_args: list = []             # more hami-control flags (benchmarks)
         # The node's InternalIP: kubelet registers it, the API server reaches kubelet there.
         self.node_ip = host_ip()
+        # DRA (dra.py): hami-node as a DRA kubelet plugin, containerd with CDI, and the
+        # DRAConsumableCapacity gate in all four components (tests may turn it off).
+        self.dra = dra
+        self.feature_gates: dict = dict(DRA_GATES) if dra else {}
 
     @property
     def installed(self) -> bool:
@@ -135,6 +140,11 @@ class RealCluster(Startable):
         return f"https://127.0.0.1:{self.ports['apiserver']}"
 
     @property
+    def cdi_dir(self) -> Path:
+        """containerd's CDI spec folder (DRA mode)."""
+        return self.root / "cdi"
+
+    @property
     def pgid_file(self) -> Path:
         """The process groups started, one per line (the watchdog's list)."""
         return self.root / "pgids"
@@ -143,7 +153,8 @@ class RealCluster(Startable):
 
     def _start(self) -> None:
         from hami_sim.realcluster import control_plane, node
-        self.bins = ensure_components(COMPONENTS + (("helm",) if self.installed else ()))
+        self.bins = ensure_components(COMPONENTS + (("helm",) if self.installed else ()),
+                                      built_runtime=self.dra and not self.scheduling_only)
         if not self.scheduling_only:      # machine-wide: kubelet's plugin folder, cgroups
             self._lock_machine()
         self.root.mkdir(parents=True, exist_ok=True)

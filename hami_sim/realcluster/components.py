@@ -10,6 +10,9 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools" / "k8s"
 COMPONENTS = ("kubectl", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
               "kubelet", "etcd")
 RUNTIME = ("containerd", "containerd-shim-runc-v2", "runc", "ctr")
+# Built from containerd's Go module (tools/k8s/build.sh) where CDI is needed: Debian 12's
+# containerd is 1.6, and CDI reaches containers from 1.7.2 on.
+BUILT_RUNTIME = ("containerd", "containerd-shim-runc-v2")
 
 
 class ComponentError(RuntimeError):
@@ -23,14 +26,15 @@ def versions() -> dict:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
-def ensure_components(names=COMPONENTS) -> dict:
+def ensure_components(names=COMPONENTS, built_runtime: bool = False) -> dict:
     """name -> absolute path of each binary, building what is not cached (the first build
-    takes a while; its progress goes to stderr) and installing the runtime packages."""
+    takes a while; its progress goes to stderr) and installing the runtime packages;
+    `built_runtime`: containerd and its shim built from their module, not Debian's."""
     done = subprocess.run(["bash", str(TOOLS / "install-debs.sh")])
     if done.returncode != 0:
         raise ComponentError("tools/k8s/install-debs.sh failed (see above)")
     paths = {}
-    for name in names:
+    for name in tuple(names) + (BUILT_RUNTIME if built_runtime else ()):
         done = subprocess.run(["bash", str(TOOLS / "build.sh"), name], stdout=subprocess.PIPE,
                               text=True)
         lines = done.stdout.strip().splitlines()
@@ -38,6 +42,8 @@ def ensure_components(names=COMPONENTS) -> dict:
             raise ComponentError(f"tools/k8s/build.sh {name} failed (see above)")
         paths[name] = lines[-1]
     for name in RUNTIME:
+        if name in paths:
+            continue
         found = shutil.which(name)
         if found is None:
             raise ComponentError(f"{name} is not on PATH after tools/k8s/install-debs.sh")

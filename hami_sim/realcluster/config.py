@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -59,10 +60,22 @@ def scheduler_config(control_url: str, ca_file: Path, kubeconfig: Path) -> dict:
     return cfg
 
 
-def containerd_config(root: Path, runtime_wrapper: Path, pause_image: str) -> str:
-    """containerd 1.6's configuration: state under root, our runtime wrapper as runc, CRI
-    with the CNI bridge, no OOM score below the caller's (this machine forbids it)."""
+def gate_args(gates: dict) -> list:
+    """--feature-gates for the control plane's components ([] without gates)."""
+    if not gates:
+        return []
+    return ["--feature-gates=" + ",".join(f"{k}={str(v).lower()}"
+                                          for k, v in sorted(gates.items()))]
+
+
+def containerd_config(root: Path, runtime_wrapper: Path, pause_image: str,
+                      cdi_dir: Optional[Path] = None) -> str:
+    """containerd's configuration (version 2: 1.6 and 1.7 read it alike): state under root,
+    our runtime wrapper as runc, CRI with the CNI bridge, no OOM score below the caller's
+    (this machine forbids it); CDI (containerd 1.7.2+) from cdi_dir when given."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
+    cdi = f'enable_cdi = true\n  cdi_spec_dirs = ["{cdi_dir}"]' if cdi_dir else \
+        "enable_cdi = false"
     return f"""version = 2
 root = "{root}/root"
 state = "{root}/state"
@@ -77,7 +90,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [{cri}]
   sandbox_image = "{pause_image}"
   restrict_oom_score_adj = true
-  enable_cdi = false
+  {cdi}
 [{cri}.containerd]
   default_runtime_name = "hami"
 [{cri}.containerd.runtimes.hami]
@@ -103,7 +116,7 @@ def cni_config() -> str:
 
 
 def kubelet_config(pki, containerd_socket: Path, port: int, healthz_port: int,
-                   pod_logs: Path) -> dict:
+                   pod_logs: Path, gates: Optional[dict] = None) -> dict:
     """KubeletConfiguration: cgroupfs under our own cgroup root (cgroup v1 accepted), webhook
     authentication and authorization, eviction thresholds a busy shared disk does not hit."""
     return {
@@ -124,7 +137,7 @@ def kubelet_config(pki, containerd_socket: Path, port: int, healthz_port: int,
         "nodeStatusUpdateFrequency": "2s", "syncFrequency": "5s",
         "fileCheckFrequency": "5s", "resolvConf": "/etc/resolv.conf",
         "serializeImagePulls": False, "localStorageCapacityIsolation": False,
-        "podLogsDir": str(pod_logs),
+        "podLogsDir": str(pod_logs), **({"featureGates": dict(gates)} if gates else {}),
     }
 
 

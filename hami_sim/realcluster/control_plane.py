@@ -83,7 +83,8 @@ def start_apiserver(c) -> None:
         # certificate is verified against the cluster's CA.
         "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
         f"--kubelet-certificate-authority={p.ca}",
-        "--profiling=false", "--v=1", *webhook_routing(c)])
+        "--profiling=false", "--v=1", *webhook_routing(c),
+        *cfg.gate_args(c.feature_gates)])
     c.write_kubeconfig(c.kubeconfig, client_cert=str(p.crt("admin")),
                        client_key=str(p.key("admin")))
     ctx = ssl.create_default_context(cafile=str(p.ca))
@@ -103,9 +104,10 @@ def webhook_routing(c) -> list:
 QUOTA_SYNC_S = 5
 
 
-def start_controller_manager(c) -> None:
+def start_controller_manager(c, controllers: str = "") -> None:
     """kube-controller-manager with per-controller ServiceAccount credentials; waits for the
-    default ServiceAccount (pods need it)."""
+    default ServiceAccount (pods need it). With `controllers` (e.g. the resourceclaim
+    controller alone, for a scheduling benchmark) only those run and nothing is waited for."""
     p = c.pki
     kc = c.write_kubeconfig(c.root / "controller-manager.kubeconfig",
                             client_cert=str(p.crt("controller-manager")),
@@ -118,7 +120,12 @@ def start_controller_manager(c) -> None:
         f"--cluster-signing-cert-file={p.ca}", f"--cluster-signing-key-file={p.root / 'ca.key'}",
         # The quota controller recounts every quota this often (default 5 min): the quota test
         # checks that hami-control's keys survive a recount it can wait for.
-        f"--resource-quota-sync-period={QUOTA_SYNC_S}s", "--v=1"])
+        f"--resource-quota-sync-period={QUOTA_SYNC_S}s", "--v=1",
+        *([f"--controllers={controllers}"] if controllers else []),
+        *cfg.gate_args(c.feature_gates)])
+    if controllers:
+        c.step(f"kube-controller-manager running {controllers}")
+        return
     wait_for("the default ServiceAccount (kube-controller-manager)",
              lambda: c.kubectl("get", "serviceaccount", "default", "-o", "name",
                                check=False).strip() == "serviceaccount/default",
@@ -159,7 +166,7 @@ def start_schedulers(c) -> None:
     hami = c.spawn("kube-scheduler", [
         c.bins["kube-scheduler"], f"--config={sched}", "--bind-address=127.0.0.1",
         f"--secure-port={c.ports['scheduler']}", f"--authentication-kubeconfig={kc}",
-        f"--authorization-kubeconfig={kc}", "--v=2"])
+        f"--authorization-kubeconfig={kc}", "--v=2", *cfg.gate_args(c.feature_gates)])
     start_default_scheduler(c)
     wait_for("kube-scheduler (hami-scheduler profile) leading",
              lambda: "lease.coordination.k8s.io/hami-scheduler" in c.kubectl(
@@ -180,7 +187,8 @@ def start_default_scheduler(c) -> None:
         c.bins["kube-scheduler"], f"--config={default}", "--bind-address=127.0.0.1",
         f"--secure-port={c.ports['default_scheduler']}",
         f"--authentication-kubeconfig={c.kubeconfig}",
-        f"--authorization-kubeconfig={c.kubeconfig}", "--v=1"])
+        f"--authorization-kubeconfig={c.kubeconfig}", "--v=1",
+        *cfg.gate_args(c.feature_gates)])
 
 
 def json_items(text: str) -> list:

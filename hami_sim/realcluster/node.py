@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from hami_common import constants as C
-from hami_sim.demo.cluster import ClusterError, control_nodes
+from hami_sim.demo.cluster import ClusterError, clean_base_env, control_nodes
 from hami_sim.gpu import lib_dir
 from hami_sim.realcluster import config as cfg
 from hami_sim.realcluster.cluster import DEVICE_PLUGIN_DIR, free_port, wait_for
@@ -31,6 +31,9 @@ def start(c) -> None:
     if c.installed:
         from hami_sim.realcluster.installed import install
         install(c)
+    elif c.dra:
+        from hami_sim.realcluster.dra import start_dra_agent
+        start_dra_agent(c)
     else:
         start_agent(c)
 
@@ -72,8 +75,14 @@ def start_containerd(c) -> None:
     c.node = c.new_node_agent()
     wrapper = runtime_wrapper(c, c.node.env)
     conf = root / "config.toml"
-    conf.write_text(cfg.containerd_config(root, wrapper, PAUSE_IMAGE))
-    proc = c.spawn("containerd", [c.bins["containerd"], "--config", str(conf)])
+    if c.dra:      # there before containerd starts, which watches it for specs
+        c.cdi_dir.mkdir(parents=True, exist_ok=True)
+    conf.write_text(cfg.containerd_config(root, wrapper, PAUSE_IMAGE,
+                                          c.cdi_dir if c.dra else None))
+    env = clean_base_env()
+    # containerd looks for its runc shim on PATH first: the one built beside it.
+    env["PATH"] = f"{Path(c.bins['containerd']).parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    proc = c.spawn("containerd", [c.bins["containerd"], "--config", str(conf)], env=env)
     wait_for("containerd", c.containerd_socket.exists, 30, c.logs / "containerd.log",
              lambda: proc.poll() is None)
     extra = []
@@ -111,7 +120,8 @@ def start_kubelet(c) -> None:
                        client_key=str(p.key("kubelet")))
     c.ports.update(kubelet=free_port(), kubelet_healthz=free_port())
     cfg.write_json(c.root / "kubelet-config.yaml", cfg.kubelet_config(
-        p, c.containerd_socket, c.ports["kubelet"], c.ports["kubelet_healthz"], c.pod_logs))
+        p, c.containerd_socket, c.ports["kubelet"], c.ports["kubelet_healthz"], c.pod_logs,
+        c.feature_gates))
     spawn_kubelet(c)
     c.step(f"kubelet running; node {c.spec.name} Ready (cgroupfs, CNI bridge)")
 

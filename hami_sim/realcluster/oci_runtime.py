@@ -3,10 +3,13 @@
 its runc binary, `BinaryName` in its configuration).
 
 For a container that asks for GPUs (NVIDIA_VISIBLE_DEVICES in its environment, as hami-node's
-Allocate sets it), the simulated libcuda.so.1 and libnvidia-ml.so.1 are bind-mounted into
-/usr/local/nvidia/lib64 and found by soname (LD_LIBRARY_PATH), as the real ones are mounted
-by the toolkit; the simulator's configuration (devices, state folder) is added to its
-environment and the selected devices become the simulator's visibility variable.
+Allocate sets it, or NVIDIA's "volume-mounts" list: NVIDIA_VISIBLE_DEVICES naming the folder
+/var/run/nvidia-container-devices, one mount per GPU UUID in it, as hami-node's DRA CDI specs
+give it, the toolkit's `accept-nvidia-visible-devices-as-volume-mounts`), the simulated
+libcuda.so.1 and libnvidia-ml.so.1 are bind-mounted into /usr/local/nvidia/lib64 and found
+by soname (LD_LIBRARY_PATH), as the real ones are mounted by the toolkit; the simulator's
+configuration (devices, state folder) is added to its environment and the selected devices
+become the simulator's visibility variable.
 
 The project's image is a skeleton root filesystem (marked by a file HOST_USERLAND_MARK at its
 root): the host's userland (/usr, the Python that made the project's virtual environment, and
@@ -35,6 +38,7 @@ SIM_VISIBLE = "HAMI_SIM_VISIBLE_DEVICES"  # hami_sim.container.SIM_VISIBLE_VAR
 SANDBOX = ("io.kubernetes.cri.container-type", "sandbox")
 HOST_USERLAND_MARK = ".hami-host-userland"     # hami_sim.realcluster.images
 HOSTS_MARK = "# hami-k8s services\n"
+DEVICE_LIST_DIR = "/var/run/nvidia-container-devices"   # hami_node.dra.claims
 
 
 def bundle_of(args: list) -> str:
@@ -70,6 +74,16 @@ def add_hosts(mounts: list, hosts_file: str) -> None:
                     f.write(HOSTS_MARK + lines)
 
 
+def visible_devices(value: str, mounts: list) -> str:
+    """The GPUs a container asks for: NVIDIA_VISIBLE_DEVICES, or with the volume-mounts list
+    the UUIDs mounted under its folder (in mount order)."""
+    if value.rstrip("/") != DEVICE_LIST_DIR:
+        return value
+    prefix = DEVICE_LIST_DIR + "/"
+    return ",".join(m["destination"][len(prefix):] for m in mounts
+                    if m.get("destination", "").startswith(prefix))
+
+
 def edit(spec: dict, sim_libs: str, host_mounts: list, sim_env: dict, rootfs: str = "",
          hosts_file: str = "") -> dict:
     """The container's spec with the host userland (the project's skeleton image), and for a
@@ -87,7 +101,7 @@ def edit(spec: dict, sim_libs: str, host_mounts: list, sim_env: dict, rootfs: st
     process = spec.setdefault("process", {})
     env = process.get("env") or []
     values = dict(e.split("=", 1) for e in env if "=" in e)
-    visible = values.get(VISIBLE, "").strip()
+    visible = visible_devices(values.get(VISIBLE, "").strip(), mounts)
     if visible and visible not in ("void", "none"):
         mounts.extend(_bind(os.path.join(sim_libs, lib), f"{LIB_DIR}/{lib}")
                       for lib in LIBRARIES)

@@ -142,7 +142,9 @@ NEEDED = [("", "nodes", v) for v in ("get", "list", "watch", "patch")] + \
     [("", "resourcequotas/status", "patch")] + \
     [("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")] + \
     [("admissionregistration.k8s.io", "mutatingwebhookconfigurations", v)
-     for v in ("get", "patch")]
+     for v in ("get", "patch")] + \
+    [("resource.k8s.io", "resourceclaimtemplates", "create"),     # the DRA opt-in
+     ("resource.k8s.io", "resourceslices", "list")]
 
 
 def _allows(rules, group, resource, verb) -> bool:

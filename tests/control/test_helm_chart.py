@@ -149,3 +149,19 @@ def test_tls_modes(helm):
         bad.stderr
     missing = render(helm, "tls.mode=existing", check=False)
     assert missing.returncode != 0 and "tls.existingSecret is required" in missing.stderr
+
+
+def test_the_dra_objects_come_with_dra_enabled_and_agree_with_deploy(helm):
+    assert not [d for d in render(helm) if d["kind"] == "DeviceClass"]
+    docs = render(helm, "dra.enabled=true", "devicePlugin.kubeletPlugin=dra")
+    for kind, name in (("DeviceClass", C.DRA_DEVICE_CLASS),
+                       ("ValidatingAdmissionPolicy", "hami-node-own-slices"),
+                       ("ValidatingAdmissionPolicyBinding", "hami-node-own-slices")):
+        ours, theirs = by(docs, kind, name), by(deploy_docs(), kind, name)
+        if kind == "ValidatingAdmissionPolicy":    # the agent's ServiceAccount namespace
+            theirs = yaml.safe_load(yaml.safe_dump(theirs).replace(
+                "serviceaccount:kube-system:", f"serviceaccount:{NAMESPACE}:"))
+        assert ours["spec"] == theirs["spec"], kind
+    env = {e["name"]: e.get("value") for e in by(docs, "DaemonSet", "hami-node")["spec"][
+        "template"]["spec"]["containers"][0]["env"]}
+    assert env["HAMI_NODE_KUBELET_PLUGIN"] == "dra"

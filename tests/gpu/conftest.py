@@ -5,7 +5,7 @@ tests run against the real GPU; everywhere else (`make test`) they run against t
 GPU (hami_sim's libcuda.so.1 / libnvidia-ml.so.1, which serve NVIDIA's own CUDA runtime and
 PyTorch). The GPU work always runs in child processes: `gpu_env` is their environment, and its
 HAMI_TEST_PYTHON names their interpreter (one with PyTorch, cuda-bindings and nvidia-ml-py);
-`child(env, ...)` is the command line that starts one. On the real
+`gpuhelpers.child(env, ...)` is the command line that starts one. On the real
 GPU every trace of the simulated driver is removed from `gpu_env`, so a child can never talk to
 the simulator by accident.
 
@@ -97,11 +97,6 @@ def pytest_collection_modifyitems(config, items):
 def gpu_target():
     """'real' on a real GPU, 'sim' on the simulated one."""
     return TARGET
-
-
-def child(env, *args):
-    """The command line of a child running `python args...` with the tier's interpreter."""
-    return [env.get("HAMI_TEST_PYTHON", sys.executable), *args]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import child
+from gpuhelpers import child
 
 WARMUP_S = 12.0  # CUDA and cuBLAS start-up, the graph's capture, then settling
 WINDOW_S = 4.0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import child
+from gpuhelpers import child
 
 from test_compute_pytorch import container  # noqa: F401 (the fixture: shim, file, limit)
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import child
+from gpuhelpers import child
 
 MiB = 1 << 20
 

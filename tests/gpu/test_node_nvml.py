@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import child
+from gpuhelpers import child
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]

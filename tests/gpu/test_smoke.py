@@ -3,7 +3,7 @@ import json
 import subprocess
 import sys
 
-from conftest import child
+from gpuhelpers import child
 
 SMOKE = r'''
 import json

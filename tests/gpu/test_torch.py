@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import child
+from gpuhelpers import child
 
 MiB = 1 << 20
 

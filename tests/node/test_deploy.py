@@ -41,7 +41,10 @@ def test_daemonset_has_what_the_agent_needs():
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     volumes = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
     assert volumes == {"device-plugins": "/var/lib/kubelet/device-plugins",
-                       "shim": "/usr/local/vgpu"}
+                       "shim": "/usr/local/vgpu",
+                       # DRA (kubeletPlugin: dra): hami_common.draplugin's folders, CDI's
+                       "plugins-registry": "/var/lib/kubelet/plugins_registry",
+                       "plugins": "/var/lib/kubelet/plugins", "cdi": "/var/run/cdi"}
     mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
     assert mounts["device-plugins"] == env["HAMI_NODE_DEVICE_PLUGIN_DIR"]["value"]
     assert mounts["shim"] == env["HAMI_NODE_SHIM_HOST_DIR"]["value"]
@@ -63,9 +66,32 @@ def test_rbac_is_least_privilege():
                for r in rule["resources"] for v in rule["verbs"]}
     assert granted == {("", "pods", v) for v in ("get", "list", "watch", "patch")} | \
         {("", "nodes", "get"), ("", "nodes", "patch"), ("", "nodes/status", "patch"),
-         ("", "events", "create")}
+         ("", "events", "create")} | \
+        {("resource.k8s.io", "resourceslices", v)
+         for v in ("get", "list", "create", "update", "delete")} | \
+        {("resource.k8s.io", "resourceclaims", "get")}
     binding = documents()["ClusterRoleBinding"]
     assert binding["roleRef"]["name"] == documents()["ClusterRole"]["metadata"]["name"]
+
+
+DRA_MODELS = {"DeviceClass": "V1DeviceClass",
+              "ValidatingAdmissionPolicy": "V1ValidatingAdmissionPolicy",
+              "ValidatingAdmissionPolicyBinding": "V1ValidatingAdmissionPolicyBinding"}
+
+
+def test_the_dra_manifest_round_trips_and_names_our_driver():
+    from kubernetes import client
+    from hami_common.constants import DRA_DEVICE_CLASS, DRA_DRIVER
+    serialise = client.ApiClient().sanitize_for_serialization
+    docs = {d["kind"]: d for d in yaml.safe_load_all((ROOT / "deploy" / "hami-dra.yaml")
+                                                      .read_text()) if d}
+    assert set(docs) == set(DRA_MODELS)
+    for kind, doc in docs.items():
+        model = getattr(client, DRA_MODELS[kind]).from_dict(doc)
+        assert serialise(model) == doc, f"{kind}: fields the Kubernetes schema does not know"
+    assert docs["DeviceClass"]["metadata"]["name"] == DRA_DEVICE_CLASS
+    assert f'device.driver == "{DRA_DRIVER}"' in \
+        docs["DeviceClass"]["spec"]["selectors"][0]["cel"]["expression"]
 
 
 def unit_sections(text: str) -> dict:

@@ -18,37 +18,11 @@ import pytest
 
 from hami_node.shim import lib_path, read_usage
 from hami_sim.gpu import lib_dir, sim_env
+from tests_shim_common import PRELUDE
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 GPUS = "4g/8/NVIDIA A100-SXM4-40GB,2g/4/Tesla T4"
-
-# Prepended to every Python child: cuda-python helpers that report through JSON lines.
-PRELUDE = textwrap.dedent('''
-    import ctypes, json, os, sys, time
-    from cuda.bindings import driver as cu
-    MiB = 1 << 20
-
-    def ok(ret):
-        err, *rest = ret if isinstance(ret, tuple) else (ret,)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(repr(err))
-        return rest[0] if len(rest) == 1 else (rest or None)
-
-    def name(ret):
-        return (ret[0] if isinstance(ret, tuple) else ret).name
-
-    def context(dev=0):
-        ok(cu.cuInit(0))
-        return ok(cu.cuCtxCreate(None, 0, ok(cu.cuDeviceGet(dev))))
-
-    def used():
-        free, total = ok(cu.cuMemGetInfo())
-        return total - free
-
-    def say(**kw):
-        print(json.dumps(kw), flush=True)
-''')
 
 
 class Shim:

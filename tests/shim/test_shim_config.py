@@ -75,6 +75,8 @@ BAD = [
     ("CUDA_DEVICE_SM_LIMIT_0", "-5"), ("GPU_CORE_UTILIZATION_POLICY", "sometimes"),
     ("CUDA_TASK_PRIORITY", "high"), ("LIBCUDA_LOG_LEVEL", "9"),
     ("HAMI_VGPU_CONTEXT_OVERHEAD", "300mb"),
+    ("HAMI_VGPU_DEVICE_A", "GPU-1,1gb,30"), ("HAMI_VGPU_DEVICE_A", "nouuid,1g,30"),
+    ("HAMI_VGPU_DEVICE_A", "GPU-1,1g,half"), ("HAMI_VGPU_DEVICE_A", "GPU-1,1g"),
 ]
 
 
@@ -128,3 +130,27 @@ def test_per_device_limits_and_the_nvml_view(shim):
     assert out == [{"totals": [4 * G, 512 * M], "refused": "CUDA_ERROR_OUT_OF_MEMORY",
                     "v1": [512 * M, 100 * M, 412 * M], "v2": [512 * M, 100 * M, 412 * M, 0],
                     "physical": 4 * G}]
+
+
+def test_limits_by_uuid_win_over_ordinals_and_add_up(shim):
+    uuids, _, _ = shim.run('''
+        ok(cu.cuInit(0))
+        say(uuids=["GPU-" + bytes(ok(cu.cuDeviceGetUuid(ok(cu.cuDeviceGet(i)))).bytes).hex()
+                   for i in range(2)])
+    ''', limit=None)
+    raw = uuids[0]["uuids"][1]
+    gpu1 = "-".join((raw[:12], raw[12:16], raw[16:20], raw[20:24], raw[24:]))
+    # Two DRA devices (two shares of GPU 1 in one container) under their own tags; the ordinal
+    # variable of the device plugin's form loses to them.
+    env = dict(shim.env, CUDA_DEVICE_MEMORY_LIMIT_1="2g",
+               HAMI_VGPU_DEVICE_claimA_0=f"{gpu1},256m,0",
+               HAMI_VGPU_DEVICE_claimB_0=f"{gpu1},256m,0")
+    out, _, _ = shim.run('''
+        ok(cu.cuInit(0))
+        totals = [ok(cu.cuDeviceTotalMem(ok(cu.cuDeviceGet(i)))) for i in range(2)]
+        ctx = context(1)
+        refused = name(cu.cuMemAlloc(600 * MiB))
+        say(totals=totals, refused=refused)
+    ''', env=env, limit=None)
+    assert out == [{"totals": [4 * G, 512 * M], "refused": "CUDA_ERROR_OUT_OF_MEMORY"}]
+    assert ShimSettings.from_env(env).uuid_limit(gpu1) == (512 * M, 0)

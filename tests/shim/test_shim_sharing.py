@@ -34,7 +34,8 @@ RETRY = '''
 
 
 def child_pid(proc):
-    """The CUDA process under hami-run (hami-run's only child)."""
+    """The CUDA process under hami-run (its child; for a moment at the start, its probe of
+    the driver: callers ask again until the process they wait for shows up)."""
     children = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
     return int(children[0])
 
@@ -99,10 +100,9 @@ def test_a_process_killed_inside_the_lock_blocks_others_only_until_it_dies(shim)
     frozen = shim.watch(HOLD, env=dict(shim.env, HOLD_MB="100", HAMI_VGPU_TEST_STOP_IN_LOCK="1"),
                         stdin=subprocess.PIPE)
     deadline = time.monotonic() + 30
-    pid = None
     while time.monotonic() < deadline:  # wait until it stopped itself holding the lock
         try:
-            pid = pid or child_pid(frozen)
+            pid = child_pid(frozen)  # asked each time: hami-run's probe of the driver comes first
             if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T":
                 break
         except (OSError, IndexError):

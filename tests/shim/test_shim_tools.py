@@ -7,7 +7,7 @@ from pathlib import Path
 
 import textwrap
 
-from conftest import PRELUDE
+from tests_shim_common import PRELUDE
 from tests_shim_common import ROOT
 
 MiB = 1 << 20

@@ -1,11 +1,41 @@
-"""Helpers shared by the shim tests: where things are, and what the hook list says."""
+"""Helpers shared by the shim tests: where things are, what the hook list says, the children's
+prelude (a module of its own name: `from conftest import` finds whichever conftest was loaded
+last when several test folders run in one session)."""
 import re
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 _LIST = re.compile(r"#define (VGPU_\w+)\(X\)(.*?)(?=\n#define |\n/\*|\Z)", re.S)
 _ROW = re.compile(r"\bX\((\w+)")
 _TABLE_ROW = re.compile(r"X\((\w+), (\d+), (DEFAULT|PTDS|PTSZ), (\w+), (\w+)\)")
+
+# Prepended to every Python child: cuda-python helpers that report through JSON lines.
+PRELUDE = textwrap.dedent('''
+    import ctypes, json, os, sys, time
+    from cuda.bindings import driver as cu
+    MiB = 1 << 20
+
+    def ok(ret):
+        err, *rest = ret if isinstance(ret, tuple) else (ret,)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(repr(err))
+        return rest[0] if len(rest) == 1 else (rest or None)
+
+    def name(ret):
+        return (ret[0] if isinstance(ret, tuple) else ret).name
+
+    def context(dev=0):
+        ok(cu.cuInit(0))
+        return ok(cu.cuCtxCreate(None, 0, ok(cu.cuDeviceGet(dev))))
+
+    def used():
+        free, total = ok(cu.cuMemGetInfo())
+        return total - free
+
+    def say(**kw):
+        print(json.dumps(kw), flush=True)
+''')
 
 
 def hooked_symbols():

@@ -56,6 +56,9 @@ class FakeBackend:
     def process_memory(self, uuid):
         return {11: 3 << 20} if uuid == B else {}
 
+    def versions(self):
+        return "550.54.15", "12.4"
+
 
 class Clock:
     def __init__(self):

@@ -144,3 +144,27 @@ def test_the_hints_commands_name_files_of_the_checkout():
         files = [c.split(" -f ")[1].split()[0] for c in commands if " -f " in c]
         assert files and all((repo / f).is_file() for f in files), files
         assert any("port-forward" in c for c in commands) == installed
+
+
+def test_the_volume_mounts_device_list_selects_the_gpus(tmp_path):
+    spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"]},
+            "mounts": [{"destination": "/var/run/nvidia-container-devices/GPU-b",
+                        "source": "/dev/null"},
+                       {"destination": "/usr/local/vgpu/shared", "source": "/x"},
+                       {"destination": "/var/run/nvidia-container-devices/GPU-a",
+                        "source": "/dev/null"}]}
+    edited = oci_runtime.edit(spec, "/sim/lib", [], {"HAMI_SIM_GPUS": "x"}, str(tmp_path))
+    env = dict(e.split("=", 1) for e in edited["process"]["env"])
+    assert env["HAMI_SIM_VISIBLE_DEVICES"] == "GPU-b,GPU-a"
+    assert oci_runtime.visible_devices("GPU-c", []) == "GPU-c"
+
+
+def test_the_dra_cluster_turns_cdi_and_the_gate_on():
+    from pathlib import Path
+    from hami_sim.realcluster import config
+    text = config.containerd_config(Path("/r"), Path("/w"), "pause", Path("/r/cdi"))
+    assert 'enable_cdi = true\n  cdi_spec_dirs = ["/r/cdi"]' in text
+    assert "enable_cdi = false" in config.containerd_config(Path("/r"), Path("/w"), "pause")
+    assert config.gate_args({"DRAConsumableCapacity": True, "B": False}) == [
+        "--feature-gates=B=false,DRAConsumableCapacity=true"]
+    assert config.gate_args({}) == []

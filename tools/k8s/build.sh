@@ -9,7 +9,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 
-ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet helm kueue)
+ALL=(kubectl etcd kube-apiserver kube-controller-manager kube-scheduler kubelet helm kueue containerd
+     containerd-shim-runc-v2)
 # Keyed by both versions: changing either builds anew (helm is keyed by its own, below).
 cache=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/$K8S_VERSION-etcd$ETCD_VERSION
 bin=$cache/bin
@@ -66,11 +67,14 @@ single_module() {
 # whenever its build changes: binaries built by an older recipe stay valid for the checkouts
 # that use it, and `make k8s` builds the new one beside them).
 HELM_RECIPE=2
-# Kueue is keyed by its own version too; its module (CRDs included) stays beside it.
+# Kueue is keyed by its own version too; its module (CRDs included) stays beside it; containerd
+# and its shim by theirs (a folder of their own: containerd finds its shim beside it).
+ctrd_bin=${HAMI_K8S_CACHE:-$HOME/.cache/hami-py/k8s}/containerd-$CONTAINERD_VERSION/bin
 target() {
   case $1 in
     helm) echo "$bin/helm-$HELM_VERSION-r$HELM_RECIPE" ;;
     kueue) echo "$bin/kueue-$KUEUE_VERSION" ;;
+    containerd|containerd-shim-runc-v2) echo "$ctrd_bin/$1" ;;
     *) echo "$bin/$1" ;;
   esac
 }
@@ -107,7 +111,7 @@ build_one() {
   out=$(target "$name")
   [ "$name" = kueue ] && kueue_config "$out"
   [ -x "$out" ] && { log "$name cached"; return; }
-  mkdir -p "$bin"
+  mkdir -p "$(dirname "$out")"
   if [ "$name" = helm ]; then
     pkg=helm.sh/helm/v3/cmd/helm; dir=$(single_module "helm-$HELM_VERSION" "$pkg" "$HELM_VERSION")
     ldflags+=" -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
@@ -115,6 +119,12 @@ build_one() {
   elif [ "$name" = kueue ]; then
     pkg=sigs.k8s.io/kueue/cmd/kueue; dir=$(single_module "kueue-$KUEUE_VERSION" "$pkg" "$KUEUE_VERSION")
     ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=v$KUEUE_VERSION"
+  elif [[ $name == containerd* ]]; then
+    # Without cgo the btrfs snapshotter is left out (its build tag); the rest is pure Go.
+    pkg=github.com/containerd/containerd/cmd/$name
+    dir=$(single_module "containerd-$CONTAINERD_VERSION" github.com/containerd/containerd \
+          "$CONTAINERD_VERSION")
+    ldflags+=" -X github.com/containerd/containerd/version.Version=v$CONTAINERD_VERSION"
   elif [ "$name" = etcd ]; then
     pkg=go.etcd.io/etcd/server/v3; dir=$(single_module etcd "$pkg" "$ETCD_VERSION")
   else

@@ -1,0 +1,82 @@
+"""The DRA run of bench/k8s_throughput.py: the trace's GPUs as hami-node's ResourceSlices (one
+per node, shareable memory and cores, as hami-node writes them with the DRAConsumableCapacity
+gate on), the trace's pods asking for them through ResourceClaimTemplates (one per request
+shape, written from the pod's HAMi resources exactly as our webhook's opt-in writes them),
+Kubernetes' resourceclaim controller making a claim per pod, and the default kube-scheduler
+allocating them itself. No kubelet: nothing prepares the claims, as nothing runs the pods of
+the other two runs either."""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+from hami_common.constants import DRA_DRIVER
+from hami_common.dra_request import claim_devices, published_sizes
+from hami_common.request import parse_pod
+from hami_node.dra.slices import SliceOptions, build_slice
+from hami_node.plugin.backend import Gpu
+from hami_node.plugin.devices import GpuHealth
+from hami_sim.realcluster.dra import dra_objects
+
+
+def publish_slices(c, nodes, threads: int, split: int = 10) -> None:
+    """deploy/'s DeviceClass, then one ResourceSlice per trace node."""
+    from kubernetes import client
+    c.apply([d for d in dra_objects() if d["kind"] == "DeviceClass"])
+    api = client.ResourceV1Api(c.core_v1.api_client)
+
+    def one(n):
+        states = [GpuHealth(Gpu(uuid=d.id, index=d.index, name=d.type[len("NVIDIA-"):],
+                                memory_mib=d.devmem)) for d in n.devices(split)]
+        body = build_slice(states, SliceOptions(driver=DRA_DRIVER, node=n.name), 1)
+        api.create_resource_slice(body, _preload_content=False)
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, [n for n in nodes if n.gpus]))
+
+
+def _shape(pod: dict):
+    request = parse_pod({**pod, "metadata": {**pod["metadata"], "name": "x"}})
+    ask = request.containers[0]
+    return (ask.nums, ask.mem_mib, ask.mem_percent, ask.cores, request.filters), ask, \
+        request.filters
+
+
+def dra_pods(pods, namespace: str, gpus: list) -> tuple:
+    """(the templates, pod bodies): each trace pod with GPUs uses a claim from the template
+    of its shape instead of nvidia.com/* resources; CPU-only pods are left as they are.
+    `gpus`: (type, UUID, MiB) of the published GPUs, as the webhook's templates read them."""
+    templates, bodies = {}, []
+    for p in pods:
+        pod = p.pod_object(namespace=namespace)
+        ctr = pod["spec"]["containers"][0]
+        if (ctr["resources"].get("limits") or {}):
+            key, ask, filters = _shape(pod)
+            if key not in templates:
+                templates[key] = {
+                    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": f"shape-{len(templates)}", "namespace": namespace},
+                    "spec": {"spec": {"devices": claim_devices(
+                        ask, filters, published_sizes(gpus, filters))}}}
+            del ctr["resources"]["limits"]
+            ctr["resources"]["claims"] = [{"name": "gpu"}]
+            pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName":
+                                              templates[key]["metadata"]["name"]}]
+        pod["spec"]["containers"][0]["image"] = "hami-k8s.local/pause:1"
+        bodies.append({"apiVersion": "v1", "kind": "Pod", **pod})
+    return list(templates.values()), bodies
+
+
+def packing_claims(c, namespace: str) -> dict:
+    """GPUs in use and pods holding GPUs, from the allocated claims of the namespace."""
+    from kubernetes import client
+    resp = client.ResourceV1Api(c.core_v1.api_client).list_namespaced_resource_claim(
+        namespace, _preload_content=False)
+    items = json.loads(resp.data)["items"]
+    gpus, holding = set(), 0
+    for claim in items:
+        alloc = (claim.get("status") or {}).get("allocation") or {}
+        used = {(r["pool"], r["device"]) for r in (alloc.get("devices") or {}).get("results")
+                or []}
+        holding += bool(used)
+        gpus |= used
+    return {"gpus": len(gpus), "pods": holding}

@@ -1,0 +1,257 @@
+"""hami-node as a DRA driver in a real 1.34 cluster: the DRAConsumableCapacity gate on in
+kube-apiserver, kube-controller-manager, kube-scheduler and kubelet, containerd 1.7 with CDI,
+deploy/'s DeviceClass and admission policy. kube-scheduler shares out each GPU's memory and
+cores between ResourceClaims itself; the CDI specs hami-node writes bring the shim, which holds
+every container to its claim's share. The cluster is this module's own (one start for all);
+the last test turns the gate off."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from hami_common.constants import DRA_DRIVER
+from hami_node.shim import read_usage
+from hami_sim.demo.runtime import workload_result
+from hami_sim.realcluster.dra import (node_slice, set_consumable_gate, slice_ready,
+                                      spawn_dra_agent)
+from hami_sim.realcluster.node import spawn_kubelet
+from hami_sim.realcluster.scenario import container_log, unschedulable_message
+
+from drahelpers import (A100, SLEEP, T4, claim, claim_cache, claim_of_pod, claims_of,
+                        container, node_files, pod, request, results, template, wait_until)
+from k8shelpers import delete, get, wait_phase
+
+pytestmark = pytest.mark.timeout(3600)
+WORKLOADS = ["python3", "-m", "hami_sim.demo.workloads"]
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def dra(dra_cluster):
+    yield dra_cluster
+
+
+def result_of(c, name: str, ctr: str) -> dict:
+    """The workload's JSON result line in a container's log."""
+    return workload_result(container_log(c.pod_logs, get(c, name), ctr))
+
+
+def gone(c, *names) -> None:
+    """Deletes pods and waits until they, their claims and hami-node's files are gone."""
+    delete(c, *names)
+    wait_until(f"pods {names} deleted", lambda: not any(
+        n in c.kubectl("get", "pods", "-o", "name") for n in names), 60)
+    wait_until("their claims deleted", lambda: not any(
+        claim_of_pod(c, n) for n in names), 60)
+
+
+def test_the_slice_shares_every_gpu_and_the_policy_holds_the_agent_to_its_node(dra):
+    c = dra
+    doc = node_slice(c)
+    devices = doc["spec"]["devices"]
+    assert len(devices) == 4 and all(d["allowMultipleAllocations"] for d in devices)
+    t4 = next(d for d in devices if d["attributes"]["model"]["string"] == "Tesla T4")
+    assert t4["capacity"]["memory"]["value"] == str(15360 * MIB)
+    assert t4["capacity"]["cores"]["requestPolicy"]["validRange"]["max"] == "100"
+    other = json.loads(json.dumps(doc))
+    other["metadata"] = {"name": "node-z-slice"}
+    other["spec"]["nodeName"] = other["spec"]["pool"]["name"] = "node-z"
+    out = c.kubectl("create", "-f", "-", input=json.dumps(other), check=False,
+                    kubeconfig=c.root / "hami-node.kubeconfig")
+    assert "hami-node may write only the ResourceSlices of its own node ('node-a')" in out
+
+
+def test_claims_fill_a_gpu_until_its_memory_is_consumed_then_pending(dra):
+    c = dra
+    c.apply([template("half-t4", request(memory="7680Mi", cores="10", selector=T4))])
+    names = [f"fill-{i}" for i in range(5)]
+    try:
+        for name in names:
+            c.apply([pod(name, {"gpu": ("template", "half-t4")},
+                         container("main", SLEEP, "gpu"))])
+        running = [n for n in names[:4]]
+        for name in running:
+            wait_phase(c, name, ("Running",), timeout=90)
+        message = wait_until("the fifth pod unschedulable", lambda: unschedulable_message(
+            get(c, names[4])), 60)
+        assert "cannot allocate all claims" in message, message
+        shares = [r for n in running for cl in claim_of_pod(c, n) for r in results(cl)]
+        assert len(shares) == 4 and len({r["shareID"] for r in shares}) == 4
+        assert all(r["consumedCapacity"] == {"memory": "7680Mi", "cores": "10"}
+                   for r in shares)
+        assert sorted(list({r["device"] for r in shares})) == sorted(
+            d["name"] for d in node_slice(c)["spec"]["devices"]
+            if d["attributes"]["model"]["string"] == "Tesla T4")
+        assert len(node_files(c)["specs"]) == 4
+    finally:
+        gone(c, *names)
+    wait_until("no CDI spec or claim folder left", lambda: node_files(c) == {
+        "specs": [], "claims": []}, 30)
+
+
+def test_each_container_is_held_to_its_claims(dra):
+    c = dra
+    c.apply([template("a100-1g", request(memory="1Gi", selector=A100)),
+             template("a100-30", request(memory="2Gi", cores="30", selector=A100)),
+             template("a100-2g", request(memory="2Gi", selector=A100)),
+             template("two-t4", request(memory="1Gi", selector=T4, count=2), distinct=True),
+             template("t4-twice", request(memory="1Gi", selector=T4, count=2))])
+    body = pod("caps", {"oom": ("template", "a100-1g"), "share": ("template", "a100-30"),
+                        "big": ("template", "a100-2g"), "t4s": ("template", "two-t4"),
+                        "twice": ("template", "t4-twice")},
+               container("oom", WORKLOADS + ["oom", "--chunk-mib", "64"], "oom"),
+               container("share", WORKLOADS + ["compute", "--seconds", "3"], "share"),
+               container("info", WORKLOADS + ["info"], "big", "t4s"),
+               container("twice", WORKLOADS + ["info"], "twice"))
+    try:
+        c.apply([body])
+        assert wait_phase(c, "caps", timeout=120)["status"]["phase"] == "Succeeded"
+        oom = result_of(c, "caps", "oom")
+        assert (oom["total_mib"], oom["error"]) == (1024, "CUDA_ERROR_OUT_OF_MEMORY")
+        assert 1024 - 64 <= oom["used_mib"] <= 1024
+        share = result_of(c, "caps", "share")
+        assert 20 <= share["share"] <= 40, share
+        seen = sorted((d["name"], d["total_mib"]) for d in result_of(c, "caps",
+                                                                      "info")["devices"])
+        assert seen == [("NVIDIA A100-SXM4-40GB", 2048), ("Tesla T4", 1024),
+                        ("Tesla T4", 1024)]
+        # Without distinctAttribute, count 2 may take two shares of one GPU: the shim adds
+        # them up (one device of 2 GiB) or, on two GPUs, holds each to 1 GiB.
+        twice = [d["total_mib"] for d in result_of(c, "caps", "twice")["devices"]]
+        assert twice in ([2048], [1024, 1024])
+    finally:
+        gone(c, "caps")
+
+
+def test_a_claim_shared_by_two_pods_holds_them_to_one_limit(dra):
+    c = dra
+    c.apply([claim("shared", request(memory="1Gi", selector=T4))])
+    holder = pod("holder", {"gpu": ("claim", "shared")}, container(
+        "main", WORKLOADS + ["compute", "--seconds", "30", "--hold-mib", "600"], "gpu"))
+    second = pod("second", {"gpu": ("claim", "shared")}, container(
+        "main", WORKLOADS + ["compute", "--seconds", "1", "--hold-mib", "600"], "gpu"))
+    try:
+        c.apply([holder])
+        wait_phase(c, "holder", ("Running",), timeout=90)
+        uid = claims_of(c)[0]["metadata"]["uid"]
+        cache = claim_cache(c, uid)
+        wait_until("the holder's 600 MiB counted in the claim's file",
+                   lambda: cache.exists() and read_usage(str(cache)).devices and
+                   read_usage(str(cache)).devices[0].used >= 600 * MIB, 60)
+        c.apply([second])
+        done = wait_phase(c, "second", timeout=90)
+        reserved = {r["name"] for r in claims_of(c)[0]["status"]["reservedFor"]}
+        assert reserved >= {"holder"}
+        out = result_of(c, "second", "main")
+        assert "OUT_OF_MEMORY" in out.get("failed", ""), (done["status"], out)
+        assert get(c, "holder")["status"]["phase"] == "Running"
+    finally:
+        delete(c, "holder", "second")
+        wait_until("pods gone", lambda: "pod/" not in c.kubectl("get", "pods", "-o", "name"),
+                   60)
+        c.kubectl("delete", "resourceclaim", "shared", "--wait=true")
+    wait_until("no CDI spec or claim folder left", lambda: node_files(c) == {
+        "specs": [], "claims": []}, 30)
+
+
+def test_kubelet_and_hami_node_restarted_under_a_running_pod(dra):
+    c = dra
+    c.apply([template("t4-1g", request(memory="1Gi", cores="50", selector=T4))])
+    body = pod("steady", {"gpu": ("template", "t4-1g")}, container(
+        "main", WORKLOADS + ["compute", "--seconds", "20", "--hold-mib", "256"], "gpu"))
+    try:
+        c.apply([body])
+        wait_phase(c, "steady", ("Running",), timeout=90)
+        before = node_files(c)
+        os.killpg(c.node.agent.pid, signal.SIGKILL)
+        c.node.agent.wait(timeout=10)
+        c.stop_component("kubelet")
+        spawn_kubelet(c)                       # wipes the node's slices when it starts
+        spawn_dra_agent(c, c.root / "hami-node.kubeconfig")
+        wait_until("the slice published again", lambda: slice_ready(c, True), 60)
+        assert node_files(c) == before         # the checkpoint kept the running pod's claim
+        c.apply([pod("after", {"gpu": ("template", "t4-1g")},
+                     container("main", WORKLOADS + ["info"], "gpu"))])
+        assert wait_phase(c, "after", timeout=90)["status"]["phase"] == "Succeeded"
+        assert result_of(c, "after", "main")["total_mib"] == 1024
+        assert wait_phase(c, "steady", timeout=90)["status"]["phase"] == "Succeeded"
+        assert result_of(c, "steady", "main")["share"] <= 60
+    finally:
+        gone(c, "steady", "after")
+    wait_until("no CDI spec or claim folder left", lambda: node_files(c) == {
+        "specs": [], "claims": []}, 30)
+
+
+def legacy_pod(gputype: str, limits: dict) -> dict:
+    """A pod in HAMi's form (nvidia.com/* limits) in the opted-in namespace."""
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "legacy-", "namespace": "dra-opt-in",
+                         "annotations": {"nvidia.com/use-gputype": gputype}},
+            "spec": {"restartPolicy": "Never", "containers": [container(
+                "main", WORKLOADS + ["oom", "--chunk-mib", "64"])]}}
+    body["spec"]["containers"][0]["resources"] = {"limits": limits}
+    return body
+
+
+def test_the_webhook_turns_hami_resources_into_a_claim_the_pod_owns(dra):
+    c = dra
+    c.kubectl("create", "namespace", "dra-opt-in")
+    c.kubectl("label", "namespace", "dra-opt-in", "hami.io/dra=true")
+    made = [json.loads(c.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body)))
+            for body in (legacy_pod("a100", {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1500",
+                                             "nvidia.com/gpucores": "20"}),
+                         legacy_pod("t4", {"nvidia.com/gpumem-percentage": "10"}))]
+    names = [m["metadata"]["name"] for m in made]
+    for m in made:
+        limits = m["spec"]["containers"][0]["resources"].get("limits") or {}
+        assert not [k for k in limits if k.startswith("nvidia.com/")]
+    seen = []
+    for name in names:
+        done = wait_phase(c, name, timeout=120, namespace="dra-opt-in")
+        assert done["status"]["phase"] == "Succeeded"
+        oom = workload_result(container_log(c.pod_logs, done, "main"))
+        seen.append((oom["name"], oom["total_mib"], oom["error"]))
+    # 10 % of a 15360 MiB T4: the percentage became a subrequest per published memory size
+    assert seen == [("NVIDIA A100-SXM4-40GB", 1500, "CUDA_ERROR_OUT_OF_MEMORY"),
+                    ("Tesla T4", 1536, "CUDA_ERROR_OUT_OF_MEMORY")]
+    ref = made[0]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    template = json.loads(c.kubectl("get", "resourceclaimtemplate", "-n", "dra-opt-in", ref,
+                                    "-o", "json"))
+    assert template["metadata"]["ownerReferences"][0]["uid"] == made[0]["metadata"]["uid"]
+    exactly = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["capacity"]["requests"] == {"memory": "1500Mi", "cores": "20"}
+    delete(c, *names, namespace="dra-opt-in")
+    wait_until("the pods' templates and claims collected with them", lambda: not json.loads(
+        c.kubectl("get", "resourceclaimtemplates,resourceclaims", "-n", "dra-opt-in",
+                  "-o", "json"))["items"], 60)
+
+def test_with_the_gate_off_claims_get_whole_gpus_as_documented(dra):
+    c = dra
+    set_consumable_gate(c, False)
+    wait_until("the slice published again with whole GPUs", lambda: slice_ready(c, False), 60)
+    assert "DRAConsumableCapacity feature gate is off" in c.node.agent_log.read_text()
+    c.apply([template("t4-gate-off", request(memory="1Gi", cores="30", selector=T4))])
+    stored = json.loads(c.kubectl("get", "resourceclaimtemplate", "t4-gate-off", "-o", "json"))
+    assert "capacity" not in stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    names = ["whole-0", "whole-1", "whole-2", "whole-3"]
+    try:
+        c.apply([pod("whole-0", {"gpu": ("template", "t4-gate-off")},
+                     container("main", WORKLOADS + ["info"], "gpu"))])
+        assert wait_phase(c, "whole-0", timeout=90)["status"]["phase"] == "Succeeded"
+        assert result_of(c, "whole-0", "main")["total_mib"] == 15360
+        for name in names[1:]:
+            c.apply([pod(name, {"gpu": ("template", "t4-gate-off")},
+                         container("main", SLEEP, "gpu"))])
+        running = [n for n in names[1:] if wait_phase(c, n, ("Running", "Pending"))]
+        wait_phase(c, "whole-1", ("Running",))
+        [whole] = [r for cl in claim_of_pod(c, "whole-1") for r in results(cl)]
+        assert "shareID" not in whole and "consumedCapacity" not in whole
+        message = wait_until("a third whole-T4 pod unschedulable while two hold both T4s",
+                             lambda: [unschedulable_message(get(c, n)) for n in running
+                                      if unschedulable_message(get(c, n))], 90)
+        assert len(message) == 1 and "cannot allocate all claims" in message[0]
+    finally:
+        gone(c, *names)

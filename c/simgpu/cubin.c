@@ -169,16 +169,22 @@ static uint32_t max_threads_for(uint32_t regs)
     return warps * 32 < 1024 ? warps * 32 : 1024;
 }
 
+/* Room for one more entry of `size` bytes at the end of an array of `count`: the new entry,
+ * zeroed (the caller counts it once it is filled), or NULL when out of memory. */
+static void *grow(void **array, int count, size_t size)
+{
+    char *grown = realloc(*array, (size_t)(count + 1) * size);
+    if (!grown)
+        return NULL;
+    *array = grown;
+    return memset(grown + (size_t)count * size, 0, size);
+}
+
 static int add_kernel(struct sim_symbols *out, const struct elf *e, const char *name,
                       const struct elf_symbol *sym)
 {
-    struct sim_kernel_info *k = realloc(out->kernels, (out->nkernels + 1) * sizeof *k);
-    if (!k)
-        return -1;
-    out->kernels = k;
-    k += out->nkernels;
-    memset(k, 0, sizeof *k);
-    if (!(k->name = strdup(name)))
+    struct sim_kernel_info *k = grow((void **)&out->kernels, out->nkernels, sizeof *k);
+    if (!k || !(k->name = strdup(name)))
         return -1;
     out->nkernels++;
     if (sym->shndx < e->count)
@@ -200,13 +206,8 @@ static int add_global(struct sim_symbols *out, const struct elf *e, const char *
     int constant = strncmp(sec, ".nv.constant", 12) == 0 && strncmp(sec, ".nv.constant0", 13);
     if (!global && !constant)
         return 0;
-    struct sim_global_info *g = realloc(out->globals, (out->nglobals + 1) * sizeof *g);
-    if (!g)
-        return -1;
-    out->globals = g;
-    g += out->nglobals;
-    memset(g, 0, sizeof *g);
-    if (!(g->name = strdup(name)))
+    struct sim_global_info *g = grow((void **)&out->globals, out->nglobals, sizeof *g);
+    if (!g || !(g->name = strdup(name)))
         return -1;
     out->nglobals++;
     g->size = sym->size;

@@ -15,6 +15,7 @@ Workloads (c/loadgen/throttle_worker modes):
             with a saturating container limited to 60 % on the same GPU (where the sync loop
             waits for the neighbour's 2 ms slice before each kernel: its row is shown, but
             its demand is below its limit and it does not count in max_abs_error_pp);
+  neighbour long kernels at 50 % and 30 % beside a light container (batches at 10 %);
   splits    10/90 and 30/30/40 on one GPU each, and each of those limits alone.
 
 With --before REF the same rounds also run under the shim built from git REF's sources (e.g.
@@ -67,6 +68,11 @@ def rounds() -> List[List[Spec]]:
                   for d, (name, mode, limit) in enumerate(NEW)]
     out.append([c for pair in contending[:3] for c in pair])
     out.append([c for pair in contending[3:] for c in pair])
+    # Long kernels beside a light neighbour (anchor.c: 90 % under a 50 % limit before).
+    out.append([("long kernels (20 ms) | light neighbour", "long", 50, 1, 0),
+                ("  its light neighbour (batches) on GPU 0", "batch", 10, 1, 0),
+                ("long kernels (20 ms) | light neighbour", "long", 30, 1, 1),
+                ("  its light neighbour (batches) on GPU 1", "batch", 10, 1, 1)])
     # The splits' limits alone, then the splits: nine busy processes at once starved each
     # other of a 2-core machine's CPU (a 90 % container then got 82 %, alone).
     out.append([("10 % alone", "batch", 10, 1, 0), ("90 % alone", "batch", 90, 1, 1),

@@ -13,9 +13,12 @@
  *
  *     own = measured - k * slice * max(1, round(measured / ((k + 1) * slice)))
  *
- * but never less than the signature's base (costs.c: the least it took lately) nor more than
- * the sample. That halves a long kernel sharing the device with one saturating neighbour and
- * leaves a short kernel that straddled others' turns its usual cost; rounding a short
+ * and, in a sample of two rounds or more, no more than the others' use of the device says
+ * (`measured * others' share`, the share being the device's utilization less this process's
+ * by the driver's count, anchor.c; beside a light neighbour a whole turn per round halved a
+ * long kernel), but never less than the signature's base (costs.c: the least it took lately)
+ * nor more than the sample. That halves a long kernel sharing the device with one
+ * saturating neighbour and leaves a short kernel that straddled others' turns its usual cost; rounding a short
  * sample's excess to whole slices instead charged a 100 us kernel that straddled two partial
  * turns seven times its cost, and a container of three at 30/30/40 % got 11 % of its 30.
  * The slice is the driver's (`nvidia-smi compute-policy --set-timeslice`); VGPU_TIMESLICE_US
@@ -50,6 +53,7 @@
 #define SATURATED_PPM 970000
 
 static int others;          /* k, as of the last refresh */
+static int64_t others_use_ppm = -1;  /* the others' share of the device lately; -1: unknown */
 static int sharing;         /* other contexts on the device, busy or not */
 static int64_t refreshed_ns;
 static uint32_t yield_ppm;           /* priority: the share allowed now (0: no cap) */
@@ -80,27 +84,40 @@ static uint32_t allowed(int rec, uint32_t util_ppm)
     return (uint32_t)(room < FLOOR_PPM ? FLOOR_PPM : room);
 }
 
+int vgpu_nvml_device(int rec, nvmlDevice_t *dev)
+{
+    static int initialised;
+    if (!__atomic_load_n(&initialised, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&initialised, vgpu_nvml_ready() == NVML_SUCCESS &&
+                         CALL_NVML(nvmlInit_v2) == NVML_SUCCESS ? 1 : -1, __ATOMIC_RELEASE);
+    if (initialised < 0 ||
+        CALL_NVML(nvmlDeviceGetHandleByUUID, vgpu_device_at(rec)->uuid, dev) != NVML_SUCCESS)
+        return -1;
+    return 0;
+}
+
 /* Contexts on the device besides this one while it is shared; 0 when we are alone. */
 static int count_others(int rec)
 {
-    static int initialised;
     nvmlDevice_t dev;
     nvmlUtilization_t util;
     unsigned int n = 0;
-    if (!initialised)
-        initialised = vgpu_nvml_ready() == NVML_SUCCESS &&
-                      CALL_NVML(nvmlInit_v2) == NVML_SUCCESS ? 1 : -1;
-    if (initialised < 0 ||
-        CALL_NVML(nvmlDeviceGetHandleByUUID, vgpu_device_at(rec)->uuid, &dev) != NVML_SUCCESS ||
+    if (vgpu_nvml_device(rec, &dev) < 0 ||
         CALL_NVML(nvmlDeviceGetUtilizationRates, dev, &util) != NVML_SUCCESS)
         return 0;
     __atomic_store_n(&yield_ppm, allowed(rec, util.gpu * 10000), __ATOMIC_RELAXED);
+    /* This process's share by the driver's count when it can say (anchor.c), else what the
+     * limiter charged it; the others' use is the rest of the device's utilization. */
+    int64_t mine = vgpu_anchor_observe(rec, dev, vgpu_now_ns()), busy = util.gpu * 10000LL;
+    __atomic_store_n(&others_use_ppm, mine < 0 ? -1 : busy > mine ? busy - mine : 0,
+                     __ATOMIC_RELAXED);
+    if (mine < 0)
+        mine = __atomic_load_n(&vgpu_my_figures()->share_ppm, __ATOMIC_RELAXED);
     nvmlReturn_t rc = CALL_NVML(nvmlDeviceGetComputeRunningProcesses_v3, dev, &n, NULL);
     if (rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE)
         return 0;
     __atomic_store_n(&sharing, n > 1 ? (int)n - 1 : 0, __ATOMIC_RELAXED);
-    uint32_t mine = __atomic_load_n(&vgpu_my_figures()->share_ppm, __ATOMIC_RELAXED);
-    if (n <= 1 || (int64_t)util.gpu * 10000 <= (int64_t)mine + ALONE_PPM)
+    if (n <= 1 || busy <= mine + ALONE_PPM)
         return 0;
     return (int)n - 1;
 }
@@ -138,7 +155,14 @@ int64_t vgpu_own_time(int64_t measured_ns, int64_t least_ns)
                                           * overcharged the demo's 4 ms kernels shared three
                                           * ways, gpucores-30 at 22 %) */
         rounds = (int64_t)((double)measured_ns / (double)((k + 1) * slice) + 0.5);
-    int64_t own = measured_ns - rounds * k * slice;
+    int64_t taken = rounds * k * slice;
+    /* A sample of several rounds: the others took about their use of the device of it, not
+     * a whole turn per round, so a long kernel beside a light neighbour is not halved
+     * (their use: the device's utilization less this process's by the driver, anchor.c). */
+    int64_t use = __atomic_load_n(&others_use_ppm, __ATOMIC_RELAXED);
+    if (rounds >= 2 && use >= 0 && use * measured_ns / 1000000 < taken)
+        taken = use * measured_ns / 1000000;
+    int64_t own = measured_ns - taken;
     /* The floor is what the signature took lately, except in a sample of two rounds or more:
      * there the device gave us at least our turn of every round, so at least measured /
      * (k + 1) is ours whatever the signature's past. That lets a base learnt from a first

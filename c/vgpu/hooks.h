@@ -157,7 +157,7 @@
     X(cuCtxGetDevice_v2)
 #define VGPU_NVML_USES(X)                                                                      \
     X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex) X(nvmlInit_v2) X(nvmlDeviceGetHandleByUUID)     \
-    X(nvmlDeviceGetUtilizationRates)
+    X(nvmlDeviceGetUtilizationRates) X(nvmlDeviceGetProcessUtilization)
 
 /* ---- generated declarations ---- */
 

@@ -75,7 +75,7 @@ static void measured(struct vgpu_cost *cost, int rec, int64_t charged_ns, uint32
                    (int64_t)(weight - 1) * (measured_ns - (before < 0 ? charged_ns : before));
     uint32_t pct = limit_of(rec);
     if (pct && debt)
-        vgpu_bucket_charge(&vgpu_device_at(rec)->compute, debt, pct, vgpu_now_ns(), 0);
+        vgpu_anchor_charge(rec, debt, pct, vgpu_now_ns(), 0);
 }
 
 CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket *t)
@@ -93,6 +93,7 @@ CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket
     if (!capturing) {
         vgpu_contention_refresh(rec, now);
         vgpu_measure_drain(measured, now);
+        vgpu_anchor_check(rec, pct, now);
     }
     struct vgpu_cost *cost = vgpu_cost_of(vgpu_cost_key(launch, rec), now);
     int64_t estimate = vgpu_cost_estimate(cost);
@@ -101,7 +102,7 @@ CUresult vgpu_limiter_admit(const struct vgpu_launch *launch, struct vgpu_ticket
     now = vgpu_bucket_wait(budget, now);
     t->rec = rec;
     t->charged_ns = estimate >= 0 ? estimate : __atomic_load_n(&typical_ns, __ATOMIC_RELAXED);
-    vgpu_bucket_charge(budget, t->charged_ns, pct, now, 1);
+    vgpu_anchor_charge(rec, t->charged_ns, pct, now, 1);
     /* A capture begun through an entry point the shim does not hook is still never timed. */
     if (!capturing && due && !vgpu_stream_captures(launch->stream, launch->per_thread))
         t->sample = vgpu_measure_begin(launch, cost, rec, t->charged_ns);
@@ -116,6 +117,5 @@ void vgpu_limiter_done(const struct vgpu_launch *launch, struct vgpu_ticket *t, 
         return; /* the usual case: nothing to refund */
     uint32_t pct = limit_of(t->rec);
     if (pct)
-        vgpu_bucket_charge(&vgpu_device_at(t->rec)->compute, -t->charged_ns, pct, vgpu_now_ns(),
-                           -1);
+        vgpu_anchor_charge(t->rec, -t->charged_ns, pct, vgpu_now_ns(), -1);
 }

@@ -136,6 +136,18 @@ uint32_t vgpu_priority_limit(uint32_t pct);
 /* A measured event-pair time without the other contexts' turns it may contain, never below
  * `least_ns` (the signature's base; -1: unknown) nor above the measurement. */
 int64_t vgpu_own_time(int64_t measured_ns, int64_t least_ns);
+/* NVML's handle of the device of `rec` (NVML initialised once); -1 without NVML. */
+int vgpu_nvml_device(int rec, nvmlDevice_t *dev);
+
+/* ---- anchor.c: the charged share against the driver's per-process count ---- */
+/* Charges the limit's budget on `rec` and counts it as this process's own charge. */
+void vgpu_anchor_charge(int rec, int64_t device_ns, uint32_t pct, int64_t now, int launches);
+/* This process's share of the device of `rec` lately by NVML's count, in ppm (-1 unknown),
+ * also integrated into the device time the driver counted for it (at each refresh). */
+int64_t vgpu_anchor_observe(int rec, nvmlDevice_t dev, int64_t now);
+/* At most once a second per device: charges what the driver counted for this process above
+ * what the limiter charged it over that second (see anchor.c). */
+void vgpu_anchor_check(int rec, uint32_t pct, int64_t now);
 
 /* ---- cu_capture.c: stream capture ---- */
 /* Non-zero while some stream of this process may be capturing. */

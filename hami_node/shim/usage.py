@@ -5,7 +5,9 @@ their slots are freed by the shim itself at its next liveness sweep.
 
 Compute: `sm_share` is the share of device time the compute limiter charged over its last
 window of about a second (percent; the window in progress when it is overdue, i.e. when the
-container stopped launching), `sm_waits` its timed sleeps for budget (wake-ups)."""
+container stopped launching), `sm_waits` its timed sleeps for budget (wake-ups),
+`sm_charged_ns` the device time charged since the file was made (a counter: the share over any
+stretch is its difference over the stretch's length)."""
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -69,6 +71,7 @@ class DeviceUsage:
     sm_share: float = 0.0
     sm_launches: int = 0
     sm_waits: int = 0
+    sm_charged_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ def read_usage(path: Union[str, Path], processes: Optional[ProcessTable] = None,
         devices.append(DeviceUsage(index, dev.uuid.decode(errors="replace"), dev.total_bytes,
                                    dev.limit_bytes, used, dev.used_bytes, dev.peak_bytes,
                                    dev.sm_limit, dev.refusals, share_percent(figures, now),
-                                   figures.launches, figures.waits))
+                                   figures.launches, figures.waits, figures.charged_ns))
     return CacheSnapshot(str(path), shared.header.version,
                          layout.POLICY_NAMES.get(shared.header.policy, "?"), devices,
                          sorted(live, key=lambda p: p.pid), dead)

@@ -3,20 +3,16 @@ throughput (+- 2 points), containers at 10 % and 90 % both saturating the GPU sp
 1:9 (within 10 %), and a CUDA graph replay loop is limited too.
 
 Only the standard library and pytest here; PyTorch runs in children with libvgpu.so preloaded
-(built with `make -C c` when missing). Each child measures its throughput itself, between two
-synchronisations inside an absolute CLOCK_MONOTONIC window the test chooses, so that children
-started together measure the same stretch of time.
+(built with `make -C c` when missing). Each child starts up, says it is ready, and measures its
+throughput itself, between two synchronisations inside an absolute CLOCK_MONOTONIC window the
+test gives it once every child is ready, so that children measure the same stretch of time
+however long their start-up took.
 """
-import json
-import subprocess
-import sys
-import time
-
 import pytest
 
-from gpuhelpers import child
+from gpuhelpers import child, run_together
 
-WARMUP_S = 12.0  # CUDA and cuBLAS start-up, the graph's capture, then settling
+SETTLE_S = 3.0  # after every child is ready: the loops run unmeasured (the limiter settles)
 WINDOW_S = 4.0
 
 LOOP = r'''
@@ -41,17 +37,19 @@ with torch.cuda.graph(graph):
 
 def rate(step, per_step, start, end):
     """Matmuls per second done between the first synchronisation after `start` and the
-    last one before `end` (work is queued asynchronously: only a sync says it is done)."""
+    last one before `end` (work is queued asynchronously: only a sync says it is done). 40
+    matmuls are queued per sync, so a process that waits for a CPU after each sync (a loaded
+    machine) still keeps the device busy, as a training loop does."""
     while time.monotonic() < start:
         step()
         torch.cuda.synchronize()
     first = last = None
     done = 0
     while True:
-        for _ in range(4):
+        for _ in range(40 // per_step):
             step()
         torch.cuda.synchronize()
-        done += 4 * per_step
+        done += 40
         now = time.monotonic()
         if first is None:
             first = (now, done)
@@ -63,8 +61,9 @@ def rate(step, per_step, start, end):
         sys.exit(f"{step} did not synchronise twice within the window: lengthen WINDOW_S")
     return (last[1] - first[1]) / (last[0] - first[0])
 
+print("ready", flush=True)
 out = {}
-for phase in os.environ["PHASES"].split(","):
+for phase in sys.stdin.readline().split(","):
     name, start, end = phase.split(":")
     step, per_step = (graph.replay, 10) if name == "graph" else (mm, 1)
     out[name] = rate(step, per_step, float(start), float(end))
@@ -84,43 +83,31 @@ def container(gpu_env, libvgpu, tmp_path):
     return make
 
 
-def phases(names, begin):
-    """PHASES for the child: one WINDOW_S window per phase, after WARMUP_S from `begin`."""
-    start = begin + WARMUP_S
-    parts = []
-    for name in names:
-        parts.append(f"{name}:{start}:{start + WINDOW_S}")
-        start += WINDOW_S + 1
-    return ",".join(parts)
+def phases(names):
+    """The children's go line: one WINDOW_S window per phase, SETTLE_S after they are ready."""
+    def go(now):
+        start, parts = now + SETTLE_S, []
+        for name in names:
+            parts.append(f"{name}:{start}:{start + WINDOW_S}")
+            start += WINDOW_S + 1
+        return ",".join(parts)
+    return go
 
 
-def run_together(envs, names):
-    """Starts one child per environment at once; their measured rates, in order."""
-    begin = time.monotonic()
-    children = [subprocess.Popen(child(env, "-c", LOOP),
-                                 env=dict(env, PHASES=phases(names, begin)),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for env in envs]
-    try:
-        outs = [kid.communicate(timeout=300) for kid in children]
-    finally:
-        for kid in children:
-            kid.kill()
-            kid.wait()
-    for kid, (out, err) in zip(children, outs):
-        assert kid.returncode == 0, err[-3000:]
-    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+def measure(envs, names):
+    """One child per environment, measured together; their rates, in order."""
+    return run_together([(child(env, "-c", LOOP), env) for env in envs], phases(names))
 
 
 def test_matmul_and_graph_replay_run_at_30_percent_of_unlimited(container):
-    (free,) = run_together([container("free")], ["matmul", "graph"])
-    (limited,) = run_together([container("limited", 30)], ["matmul", "graph"])
+    (free,) = measure([container("free")], ["matmul", "graph"])
+    (limited,) = measure([container("limited", 30)], ["matmul", "graph"])
     for name in ("matmul", "graph"):
         ratio = limited[name] / free[name]
         assert 0.28 <= ratio <= 0.32, (name, limited[name], free[name])
 
 
 def test_ten_and_ninety_percent_split_the_work_one_to_nine(container):
-    low, high = run_together([container("low", 10), container("high", 90)], ["matmul"])
+    low, high = measure([container("low", 10), container("high", 90)], ["matmul"])
     ratio = high["matmul"] / low["matmul"]
     assert 9 * 0.9 <= ratio <= 9 * 1.1, (low, high)

@@ -41,8 +41,11 @@ PAIRS = [
     # A cost that grows while the device is shared: its samples exceed the signature's base
     # by less than a neighbour's turn, the limiter must not take that for the neighbour.
     ("growing-contending-30", "grow", 30, 2), ("growing-neighbour-60", "batch", 60, 2),
+    # Long kernels beside a light neighbour: each sample loses a neighbour's slice it mostly
+    # did not take; NVML's per-process count (anchor.c) charges the rest (64 % of 50 without).
+    ("long-beside-light-50", "long", 50, 3), ("light-neighbour-10", "batch", 10, 3),
 ]
-TRIO = [("trio-30a", "batch", 30, 3), ("trio-30b", "batch", 30, 3), ("trio-40", "batch", 40, 3)]
+TRIO = [("trio-30a", "batch", 30, 4), ("trio-30b", "batch", 30, 4), ("trio-40", "batch", 40, 4)]
 TOGETHER = PAIRS + TRIO
 CASES = ALONE + TOGETHER
 

@@ -228,6 +228,44 @@ def test_the_webhook_turns_hami_resources_into_a_claim_the_pod_owns(dra):
         c.kubectl("get", "resourceclaimtemplates,resourceclaims", "-n", "dra-opt-in",
                   "-o", "json"))["items"], 60)
 
+def test_a_namespace_gpu_quota_holds_dra_pods_and_counts_their_claims(dra):
+    """The webhook gates the opted-in pods of a namespace with a quota; hami-control lets the
+    first through (the real kube-scheduler allocates its claim, counted in the quota's status
+    in what the claim consumed) and keeps the second gated until the first is gone."""
+    c, ns = dra, "dra-quota"
+    c.kubectl("create", "namespace", ns)
+    c.kubectl("label", "namespace", ns, "hami.io/dra=true")
+    c.apply([{"apiVersion": "v1", "kind": "ResourceQuota",
+              "metadata": {"name": "gpu", "namespace": ns},
+              "spec": {"hard": {"limits.nvidia.com/gpumem": "1000"}}}])
+    wait_until("hami-control sees the quota (its use written)", lambda: "limits.nvidia.com/"
+               "gpumem" in (json.loads(c.kubectl("get", "quota", "gpu", "-n", ns, "-o", "json"))
+                            .get("status", {}).get("used") or {}), 30)
+    bodies = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n, "namespace": ns},
+               "spec": {"containers": [{**container("main", SLEEP), "resources": {
+                   "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "800"}}}]}}
+              for n in ("q-first", "q-second")]
+    c.apply(bodies[:1])
+    wait_phase(c, "q-first", ("Running",), timeout=90, namespace=ns)
+    c.apply(bodies[1:])
+
+    def used():
+        status = json.loads(c.kubectl("get", "quota", "gpu", "-n", ns, "-o", "json"))["status"]
+        return (status.get("used") or {}).get("limits.nvidia.com/gpumem")
+    assert wait_until("the claim counted in the quota's status", lambda: used() == "800", 30)
+    events = wait_until("the second pod held back, with the numbers", lambda: [
+        e["message"] for e in json.loads(c.kubectl("get", "events", "-n", ns, "-o", "json"))[
+            "items"] if e["reason"] == "GPUQuotaExceeded"], 30)
+    assert "used 800 + asked 800 > limit 1000 MiB" in events[0]
+    second = get(c, "q-second", ns)
+    assert second["spec"]["schedulingGates"] == [{"name": "hami.io/gpu-quota"}]
+    assert any(x.get("reason") == "SchedulingGated" for x in second["status"]["conditions"])
+    delete(c, "q-first", namespace=ns)
+    wait_phase(c, "q-second", ("Running",), timeout=90, namespace=ns)
+    delete(c, "q-second", namespace=ns)
+    c.kubectl("delete", "namespace", ns, "--wait=false")
+
+
 def test_with_the_gate_off_claims_get_whole_gpus_as_documented(dra):
     c = dra
     set_consumable_gate(c, False)

@@ -2,6 +2,7 @@
 pod's ask, and the ClaimBook (gate admission, holds until the claims count, claims shared by
 pods counted once) on a real ClusterView."""
 import threading
+import time
 
 import pytest
 
@@ -97,3 +98,43 @@ def test_a_claim_shared_by_two_pods_counts_once_and_a_regate_gives_the_ask_back(
 def test_the_gate_is_found_among_other_gates():
     assert gate_index({"spec": {"schedulingGates": [{"name": "x"}, {"name": QUOTA_GATE}]}}) == 1
     assert gate_index({"spec": {}}) == -1
+
+
+class _NoDraApi:
+    """A WatchSource of a cluster that serves no resource.k8s.io/v1 (before 1.34)."""
+
+    def list(self, kind, field_selector=""):
+        from hami_control.cluster.api import NotFound
+        if kind == "resourceclaims":
+            raise NotFound(404, "NotFound", "the server could not find the requested resource")
+        return [], "1"
+
+    def watch(self, kind, resource_version, timeout_s, field_selector=""):
+        return iter(())
+
+    def close_watches(self):
+        pass
+
+
+def test_the_sync_counts_claims_and_carries_on_without_the_dra_api(caplog):
+    from hami_control.cluster.sync import CLAIMS, ClusterSync
+    from hami_control.state import make_state
+    state = make_state()
+    sync = ClusterSync(source=None, state=state, claims=True,
+                       whole_mib=lambda pool, device: 15360)
+    sync._apply(CLAIMS, "ADDED", claim("w", [result(consumed=None)]))
+    sync._apply(CLAIMS, "ADDED", claim("bad", [result(consumed={"memory": "lots"})]))
+    assert state.view.namespace_used("team") == Amount(1, 15360, 100)
+    assert "counted as holding nothing" in caplog.text
+    sync._apply(CLAIMS, "DELETED", claim("w"))
+    assert state.view.namespace_used("team") == Amount()
+
+    sync = ClusterSync(_NoDraApi(), make_state(), claims=True, resync_s=60).start()
+    try:
+        deadline = time.monotonic() + 5
+        while not sync.synced and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sync.synced                   # ready all the same, and says why it counts less
+        assert "DRA claims are not counted against namespace GPU quotas" in caplog.text
+    finally:
+        sync.stop()

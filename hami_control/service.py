@@ -69,7 +69,8 @@ class ControlPlane:
         self.dra_templates = DraTemplates(api, clock)
         self.published = PublishedGpus(api, clock)
         self.quota_gate = QuotaGate(self.state, api, self.published,
-                                    lambda: self.leader.is_leader, clock)
+                                    lambda: self.leader.is_leader, clock,
+                                    synced=lambda: self.sync.synced)
         self.sync = ClusterSync(api, self.state, clock, config.resync_s,
                                 config.handshake_interval_s, writer=api,
                                 is_leader=lambda: self.leader.is_leader,

@@ -38,9 +38,11 @@ class QuotaGate:
 
     def __init__(self, state, api, published, is_leader: Callable[[], bool],
                  clock: Clock = SystemClock(), period_s: float = 2.0,
-                 component: str = "hami-control"):
+                 component: str = "hami-control",
+                 synced: Callable[[], bool] = lambda: True):
         self.state, self.api, self.published = state, api, published
         self.is_leader, self.clock, self.period_s = is_leader, clock, period_s
+        self.synced = synced          # no gate is lifted before quotas and claims are listed
         self.component = component
         self._pods: dict = {}             # key -> the gated pod as last seen
         self._told: dict = {}             # key -> the reason last recorded in an Event
@@ -128,7 +130,7 @@ class QuotaGate:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if self.is_leader():
+            if self.is_leader() and self.synced():
                 self.lift_ready()
 
     def start(self) -> "QuotaGate":

@@ -36,7 +36,7 @@ def dra(dra_cluster):
 
 def result_of(c, name: str, ctr: str) -> dict:
     """The workload's JSON result line in a container's log."""
-    return workload_result(container_log(c.pod_logs, get(c, name), ctr))
+    return workload_result(container_log(c.core_v1, get(c, name), ctr))
 
 
 def gone(c, *names) -> None:
@@ -212,7 +212,7 @@ def test_the_webhook_turns_hami_resources_into_a_claim_the_pod_owns(dra):
     for name in names:
         done = wait_phase(c, name, timeout=120, namespace="dra-opt-in")
         assert done["status"]["phase"] == "Succeeded"
-        oom = workload_result(container_log(c.pod_logs, done, "main"))
+        oom = workload_result(container_log(c.core_v1, done, "main"))
         seen.append((oom["name"], oom["total_mib"], oom["error"]))
     # 10 % of a 15360 MiB T4: the percentage became a subrequest per published memory size
     assert seen == [("NVIDIA A100-SXM4-40GB", 1500, "CUDA_ERROR_OUT_OF_MEMORY"),

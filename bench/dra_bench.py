@@ -80,3 +80,25 @@ def packing_claims(c, namespace: str) -> dict:
         holding += bool(used)
         gpus |= used
     return {"gpus": len(gpus), "pods": holding}
+
+
+def profile_scheduler(c, seconds: int, path) -> "threading.Thread":
+    """Starts a thread that saves a CPU profile of the default kube-scheduler (its
+    /debug/pprof/profile over `seconds`, admin credentials) to `path`; `go tool pprof -top
+    <path>` reads it."""
+    import ssl
+    import threading
+    import urllib.request
+
+    def fetch():
+        ctx = ssl.create_default_context(cafile=str(c.pki.ca))
+        ctx.check_hostname = False        # kube-scheduler's self-signed serving certificate
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.load_cert_chain(str(c.pki.crt("admin")), str(c.pki.key("admin")))
+        url = (f"https://127.0.0.1:{c.ports['default_scheduler']}/debug/pprof/profile"
+               f"?seconds={seconds}")
+        with urllib.request.urlopen(url, context=ctx, timeout=seconds + 60) as resp:
+            path.write_bytes(resp.read())
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    return thread

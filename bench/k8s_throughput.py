@@ -30,7 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from benchlib import print_machine
-from dra_bench import dra_pods, packing_claims, publish_slices
+from dra_bench import dra_pods, packing_claims, profile_scheduler, publish_slices
 
 from hami_common import constants as C
 from hami_common import node_register, pod_devices
@@ -249,7 +249,7 @@ def apiserver_counters(c) -> dict:
 
 
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
-        dra: bool = False) -> dict:
+        dra: bool = False, profile=None) -> dict:
     """Creates the pods for scheduler (with `dra`, claims of our DRA driver instead of
     nvidia.com/* resources); the figures once each is bound (or WAIT_S passed without a
     binding)."""
@@ -271,12 +271,15 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
         created[body["metadata"]["name"]] = time.monotonic()
         v1.create_namespaced_pod(namespace, body)
     counters, cpu = apiserver_counters(c), cpu_seconds(c)
+    profiling = profile_scheduler(c, profile[0], profile[1]) if profile else None
     start = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(create, bodies))
     print(f"{namespace}: {len(pods)} pods created in {time.monotonic() - start:.1f} s",
           file=sys.stderr)
     watcher.join()
+    if profiling:
+        profiling.join()
     bound = watcher.bound
     counters = {k: v - counters[k] for k, v in apiserver_counters(c).items()}
     cpu = {name: round(t - cpu.get(name, 0.0), 1) for name, t in cpu_seconds(c).items()}
@@ -341,7 +344,8 @@ def report(ours: dict, alone: dict, dra, replay: dict, total: int) -> None:
               f"single-object reads {r['apiserver_reads_per_pod']} vs "
               f"{alone['apiserver_reads_per_pod']}; CPU seconds {r['cpu_s']}")
     print(f"CPU seconds during kube-scheduler alone: {alone['cpu_s']}")
-    _packing("", ours["packing"], replay)
+    if ours is not None:
+        _packing("", ours["packing"], replay)
     if dra is not None:
         _packing("dra_", dra["packing"], replay)
 
@@ -358,6 +362,17 @@ def main() -> int:
                     help="one more hami-control flag (repeat), e.g. --control-arg=--threads=32")
     ap.add_argument("--no-dra", dest="dra", action="store_false",
                     help="leave out the DRA run (kube-scheduler allocating claims of our driver)")
+    ap.add_argument("--no-extender", dest="extender", action="store_false",
+                    help="leave out the extender run (DRA and kube-scheduler alone only)")
+    ap.add_argument("--nodes-to-score", type=int, default=None, metavar="PERCENT",
+                    help="percentageOfNodesToScore in every kube-scheduler's configuration "
+                         "(default: kube-scheduler's adaptive one)")
+    ap.add_argument("--controller-qps", type=int, default=None, metavar="QPS",
+                    help="kube-controller-manager's --kube-api-qps (burst twice that) for the "
+                         "resourceclaim controller of the DRA run (default: its own, 20)")
+    ap.add_argument("--profile", type=int, default=0, metavar="SECONDS",
+                    help="save a CPU profile of kube-scheduler over the DRA run's first "
+                         "SECONDS (dra-scheduler.pprof in the work folder; implies --keep)")
     ap.add_argument("--keep", action="store_true",
                     help="keep the work folder (components' logs) and print where it is")
     args = ap.parse_args()
@@ -365,8 +380,12 @@ def main() -> int:
     nodes = load_nodes(catalog.nodes_path())
     pods = [p for p in load_pods(catalog.pods_path())][:args.pods]
     c = RealCluster(step=lambda m: print(m, file=sys.stderr), scheduling_only=True,
-                    keep=args.keep, dra=args.dra)
-    dra = None
+                    keep=args.keep or bool(args.profile), dra=args.dra)
+    if args.nodes_to_score is not None:
+        c.scheduler_settings = {"percentageOfNodesToScore": args.nodes_to_score}
+        print(f"percentageOfNodesToScore: {args.nodes_to_score} in every kube-scheduler",
+              flush=True)
+    dra = ours = None
     c.control_args = ["--handshake-interval", "0", "--log-level", "warning",
                       *args.control_arg]
     try:
@@ -376,15 +395,21 @@ def main() -> int:
         print(f"{len(nodes)} nodes published in {time.monotonic() - t0:.1f} s", file=sys.stderr)
         if args.dra:
             publish_slices(c, nodes, args.threads)
-            start_controller_manager(c, controllers="resourceclaim-controller")
-        ours = run(c, pods, "bench-extender", C.SCHEDULER_NAME, args.threads, agent=True)
+            qps = args.controller_qps
+            start_controller_manager(c, controllers="resourceclaim-controller", extra_args=(
+                [f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"] if qps else []))
+            if qps:
+                print(f"kube-controller-manager: --kube-api-qps={qps}", flush=True)
+        if args.extender:
+            ours = run(c, pods, "bench-extender", C.SCHEDULER_NAME, args.threads, agent=True)
         if args.dra:
+            profile = (args.profile, c.root / "dra-scheduler.pprof") if args.profile else None
             dra = run(c, pods, "bench-dra", "default-scheduler", args.threads, agent=False,
-                      dra=True)
+                      dra=True, profile=profile)
         alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)
     finally:
         c.stop()
-        if args.keep:
+        if args.keep or args.profile:
             print(f"logs kept in {c.logs}", file=sys.stderr)
     report(ours, alone, dra, packing_replay(nodes, pods), len(pods))
     return 0

@@ -38,6 +38,7 @@ class AllocationCollector:
         yield from self._devices(nodes)
         yield from self._containers(reservations)
         yield from self._quotas(self.state.namespace_quotas())
+        yield from self._claims(self.state.claims.claims())
         for name, (help_text, value) in self.status().items():
             family = GaugeMetricFamily(name, help_text)
             family.add_metric([], value)
@@ -87,6 +88,22 @@ class AllocationCollector:
                                        namespace, ZONE], d.usedmem * MIB)
         yield from (cores, memory, legacy)
 
+
+    @staticmethod
+    def _claims(claims):
+        """What each allocated DRA claim of our driver holds per GPU (kube-scheduler allocated
+        it; these are its consumedCapacity)."""
+        labels = ["namespace", "claim", "nodename", "device"]
+        memory = GaugeMetricFamily("hami_dra_claim_memory_bytes", "GPU memory (bytes) a DRA "
+                                   "claim consumed of a GPU", labels=labels)
+        cores = GaugeMetricFamily("hami_dra_claim_cores", "GPU cores (percent) a DRA claim "
+                                  "consumed of a GPU", labels=labels)
+        for claim in claims:
+            for d in claim.devices:
+                values = [claim.namespace, claim.name, d.node, d.device]
+                memory.add_metric(values, d.mem * MIB)
+                cores.add_metric(values, d.cores)
+        yield from (memory, cores)
 
     @staticmethod
     def _quotas(namespaces):

@@ -4,6 +4,8 @@ import logging
 from datetime import timedelta
 from typing import Optional
 
+from hami_control.claims.gate import QuotaGate
+from hami_control.claims.published import PublishedGpus
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.ca_bundle import WebhookCaBundle
 from hami_control.cluster.dra_templates import DraTemplates
@@ -65,13 +67,18 @@ class ControlPlane:
         self.dashboard = Dashboard(config.dashboard, self.state, config.defaults) \
             if config.dashboard else None
         self.dra_templates = DraTemplates(api, clock)
+        self.published = PublishedGpus(api, clock)
+        self.quota_gate = QuotaGate(self.state, api, self.published,
+                                    lambda: self.leader.is_leader, clock,
+                                    synced=lambda: self.sync.synced)
         self.sync = ClusterSync(api, self.state, clock, config.resync_s,
                                 config.handshake_interval_s, writer=api,
                                 is_leader=lambda: self.leader.is_leader,
                                 pods=PodScope(config.scheduler_name, config.track_resources,
                                               config.all_pods),
                                 quotas=config.quotas, budgets=config.preemption != "off",
-                                on_pod=self._on_pod)
+                                on_pod=self._on_pod, claims=True,
+                                whole_mib=self.published.whole_mib)
         self.status_writer = StatusWriter(self.state, api, config.status_period_s,
                                           is_leader=lambda: self.leader.is_leader,
                                           quotas=config.quotas, node_info=self.sync.node_info)
@@ -85,7 +92,9 @@ class ControlPlane:
         self.writer = DecisionWriter()
         self._extender(config, api, clock, locker)
         self.webhook = Webhook(config.scheduler_name, config.defaults,
-                               NamespaceLabels(api, clock), config.runtime_class)
+                               NamespaceLabels(api, clock), config.runtime_class,
+                               self.state.namespace_limits if config.quotas else
+                               (lambda namespace: {}))
         self.app = make_app(Endpoints(self.webhook, self._filter(), self.bind, self.healthz,
                                       self.readyz, self.metrics.render, self.metrics.observe,
                                       self.metrics.result,
@@ -118,6 +127,7 @@ class ControlPlane:
     def _on_pod(self, pod: dict, deleted: bool) -> None:
         self.stranded.on_pod(pod, deleted)
         self.dra_templates.on_pod(pod, deleted)
+        self.quota_gate.on_pod(pod, deleted)
         if self.dashboard:
             self.dashboard.record.on_pod(pod, deleted)
 
@@ -140,6 +150,7 @@ class ControlPlane:
         if self.dashboard:
             self.dashboard.start()
         self.dra_templates.start()
+        self.quota_gate.start()
         self.sync.start()
         if self.leader_label:       # a restarted container's pod may still carry the label
             self.leader_label(False)
@@ -170,6 +181,7 @@ class ControlPlane:
             self.leader_label(False)
         self.sync.stop()
         self.dra_templates.stop()
+        self.quota_gate.stop()
 
     @property
     def url(self) -> str:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
+from hami_control.claims.book import ClaimBook
 from hami_control.placement import ClusterView, Engine, PlacementConfig, Reservation
 from hami_control.placement.quota import effective_limits, node_summary, place_within_quota
 from hami_control.preemption.state import Preemptions
@@ -68,6 +69,7 @@ class SchedulerState:
         self._quotas: dict = {}           # namespace -> {quota name: QuotaSpec}
         self._limits: dict = {}           # namespace -> effective limits (key -> value)
         self.preemption = Preemptions(self, clock, linger_s)
+        self.claims = ClaimBook(self.view, self.lock)     # DRA claims against quotas
 
     @property
     def resources(self) -> bool:

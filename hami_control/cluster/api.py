@@ -38,8 +38,8 @@ class WatchSource(Protocol):
     """What the cluster view sync reads: lists and watches of nodes and pods."""
 
     def list(self, kind: str, field_selector: str = "") -> tuple:
-        """(items, resourceVersion) of all `nodes`, `pods` or `resourcequotas` (matching the
-        field selector)."""
+        """(items, resourceVersion) of all `nodes`, `pods`, `resourcequotas`,
+        `poddisruptionbudgets` or `resourceclaims` (matching the field selector)."""
 
     def watch(self, kind: str, resource_version: str, timeout_s: float,
               field_selector: str = "") -> Iterator[tuple]:
@@ -163,6 +163,20 @@ class DraTemplateApi(Protocol):
 
     def create_claim_template(self, namespace: str, template: dict) -> dict:
         """Creates a ResourceClaimTemplate (Conflict if it exists)."""
+
+    def list_slices(self, driver: str) -> list:
+        """The ResourceSlices of one DRA driver."""
+
+    def create_event(self, namespace: str, event: dict) -> None:
+        """Records a core/v1 Event."""
+
+
+@runtime_checkable
+class QuotaGateApi(Protocol):
+    """What the quota gate of DRA pods needs."""
+
+    def json_patch_pod(self, namespace: str, name: str, operations: list) -> dict:
+        """Applies an RFC 6902 patch to the pod (a failed `test`: Invalid)."""
 
     def list_slices(self, driver: str) -> list:
         """The ResourceSlices of one DRA driver."""

@@ -138,8 +138,11 @@ class KubeApi:
             from kubernetes import client
             return client.PolicyV1Api(self._client).\
                 list_pod_disruption_budget_for_all_namespaces
-        raise ValueError(f"cannot list {kind!r}; nodes, pods, resourcequotas or "
-                         "poddisruptionbudgets")
+        if kind == "resourceclaims":
+            from kubernetes import client
+            return client.ResourceV1Api(self._client).list_resource_claim_for_all_namespaces
+        raise ValueError(f"cannot list {kind!r}; nodes, pods, resourcequotas, "
+                         "poddisruptionbudgets or resourceclaims")
 
     def list(self, kind: str, field_selector: str = "") -> tuple:
         """Every object, in pages (a large cluster's pods in one answer cost the API server
@@ -284,10 +287,13 @@ class KubeApi:
     def get_namespace(self, name: str) -> Optional[dict]:
         return self._get(f"/api/v1/namespaces/{_q(name)}")
 
-    # --- DraTemplateApi ------------------------------------------------------------------
+    # --- DraTemplateApi, QuotaGateApi -----------------------------------------------------
     def create_claim_template(self, namespace: str, template: dict) -> dict:
         return self._request("POST", f"{_RESOURCE}/namespaces/{_q(namespace)}/"
                              "resourceclaimtemplates", template)
+
+    def json_patch_pod(self, namespace: str, name: str, operations: list) -> dict:
+        return self._request("PATCH", _pod(namespace, name), operations, JSON_PATCH)
 
     def list_slices(self, driver: str) -> list:
         body = self._request("GET", f"{_RESOURCE}/resourceslices?fieldSelector="

@@ -1,6 +1,7 @@
 """ClusterSync: keeps the SchedulerState current from the API server by list + watch.
 
-One thread per kind (nodes, pods, and resourcequotas unless quotas are off): list, apply,
+One thread per kind (nodes, pods, resourcequotas unless quotas are off, the DRA driver's
+resourceclaims unless claims are off): list, apply,
 watch from the list's version; a watch that ends or breaks is resumed from the last version
 seen, a 410 (version too old) or a resync period leads to a fresh list, reconciled with what
 the state holds. One more thread applies the handshake rule as time passes and, on the leader,
@@ -16,10 +17,11 @@ from hami_common.constants import (ANNO_NODE_GPU_SUMMARY, ANNO_NODE_HANDSHAKE, A
 from hami_common.errors import HamiFormatError
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster import handshake
-from hami_control.cluster.api import ApiError, Expired
+from hami_control.cluster.api import ApiError, Expired, NotFound
 from hami_control.cluster.objects import (annotations, pod_key, registration_source,
                                           resource_version, scheduler_name)
 from hami_control.placement.annotations import node_registration, pod_reservation
+from hami_control.placement.claims import parse_claim
 from hami_control.placement.pdb import parse_pdb
 from hami_control.placement.quota import parse_quota
 
@@ -27,6 +29,10 @@ log = logging.getLogger(__name__)
 KINDS = ("nodes", "pods")
 QUOTAS = "resourcequotas"
 BUDGETS = "poddisruptionbudgets"
+CLAIMS = "resourceclaims"
+# Kinds a cluster may not serve (resource.k8s.io/v1 is 1.34+) or RBAC may not grant: without
+# them hami-control works on, counting less, and says so.
+OPTIONAL = {CLAIMS: "DRA claims are not counted against namespace GPU quotas"}
 # The pods kube-scheduler's own informer watches: "status.phase!=Succeeded,status.phase!=Failed".
 UNFINISHED = ",".join(f"status.phase!={phase}" for phase in POD_FINISHED_PHASES)
 
@@ -76,12 +82,17 @@ class ClusterSync:
                  handshake_interval_s: float = 30.0, writer=None,
                  is_leader: Callable[[], bool] = lambda: True, backoff_s: float = 1.0,
                  pods: PodScope = PodScope(), quotas: bool = True, budgets: bool = False,
-                 on_pod: Callable[[dict, bool], None] = lambda pod, deleted: None):
+                 on_pod: Callable[[dict, bool], None] = lambda pod, deleted: None,
+                 claims: bool = False,
+                 whole_mib: Callable[[str, str], int] = lambda pool, device: 0):
         self.source, self.state, self.clock = source, state, clock
         self.resync_s, self.backoff_s = resync_s, backoff_s
         self.pods, self.on_pod = pods, on_pod
-        self.kinds = KINDS + ((QUOTAS,) if quotas else ()) + ((BUDGETS,) if budgets else ())
-        self.selectors = {"nodes": "", "pods": pods.selector, QUOTAS: "", BUDGETS: ""}
+        self.kinds = KINDS + ((QUOTAS,) if quotas else ()) + ((BUDGETS,) if budgets else ()) \
+            + ((CLAIMS,) if claims else ())
+        self.selectors = {"nodes": "", "pods": pods.selector, QUOTAS: "", BUDGETS: "",
+                          CLAIMS: ""}
+        self.whole_mib = whole_mib
         self.handshake_interval_s, self.writer, self.is_leader = \
             handshake_interval_s, writer, is_leader
         self._nodes: dict = {}
@@ -152,8 +163,21 @@ class ClusterSync:
                 log.info("watch %s: version %s expired; listing again", kind, rv)
                 rv = None
             except ApiError as e:
+                if kind in OPTIONAL and (isinstance(e, NotFound) or e.status == 403):
+                    self._missing(kind, e)
+                    rv = None
+                    continue
                 log.warning("sync %s: %s; retrying in %.1f s", kind, e, self.backoff_s)
                 self._stop.wait(self.backoff_s)
+
+    def _missing(self, kind: str, e: ApiError) -> None:
+        """An optional kind the API server does not serve us: synced as empty, asked again
+        after a resync period."""
+        log.warning("cannot list %s (%s): %s; hami-control carries on without (grant list and "
+                    "watch of %s to its ServiceAccount, as deploy/ does, on Kubernetes 1.34+); "
+                    "asking again in %.0f s", kind, e, OPTIONAL[kind], kind, self.resync_s)
+        self._synced[kind].set()
+        self._stop.wait(self.resync_s)
 
     def _relist(self, kind: str) -> str:
         items, rv = self.source.list(kind, self.selectors[kind])
@@ -167,6 +191,8 @@ class ClusterSync:
             self.state.reconcile_quotas(_namespaced_id(o) for o in items)
         elif kind == BUDGETS:
             self.state.reconcile_budgets(_namespaced_id(o) for o in items)
+        elif kind == CLAIMS:
+            self.state.claims.reconcile_claims("/".join(_namespaced_id(o)) for o in items)
         else:
             self._reconcile_nodes({(o.get("metadata") or {}).get("name") for o in items})
         self._synced[kind].set()
@@ -181,6 +207,8 @@ class ClusterSync:
         elif kind == BUDGETS:
             self.state.apply_budget(*_namespaced_id(obj), None if etype == "DELETED" else
                                     parse_pdb(obj))
+        elif kind == CLAIMS:
+            self._apply_claim(obj, deleted=etype == "DELETED")
         else:
             self._apply_node(obj, deleted=etype == "DELETED")
 
@@ -209,6 +237,16 @@ class ClusterSync:
             log.warning("%s; its earlier limits (if any) stay until it is fixed", e)
             return
         self.state.apply_quota(namespace, name, spec)
+
+    # --- DRA claims ----------------------------------------------------------------------
+    def _apply_claim(self, obj: dict, deleted: bool) -> None:
+        key = "/".join(_namespaced_id(obj))
+        try:
+            use = None if deleted else parse_claim(obj, self.whole_mib)
+        except HamiFormatError as e:
+            log.warning("%s; the claim is counted as holding nothing", e)
+            use = None
+        self.state.claims.apply_claim(key, use)
 
     # --- nodes ---------------------------------------------------------------------------
     def _registration(self, name: str, node: dict, source: tuple):

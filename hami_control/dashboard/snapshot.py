@@ -30,7 +30,7 @@ def fingerprint(state, record, scraper) -> tuple:
     with state.lock:
         view = state.view
         nodes = (view.epoch, len(view.nodes), int(view.versions.sum()) if view.nodes else 0,
-                 state.preemption.version)
+                 state.preemption.version, state.claims.version)
     return nodes + (record.version, scraper.rounds)
 
 
@@ -101,6 +101,15 @@ def _pod_use(scrapes: dict) -> dict:
     return out
 
 
+def _claims(state) -> list:
+    """The allocated DRA claims of our driver, as the page lists them: where, how much of
+    which GPU (device name, MiB, cores), and the pods they are reserved for."""
+    return [{"key": c.key, "node": ", ".join(sorted({d.node for d in c.devices})),
+             "devices": [[d.device, d.mem, d.cores] for d in c.devices],
+             "pods": [name for name, _ in c.pods]}
+            for c in sorted(state.claims.claims(), key=lambda c: c.key)]
+
+
 def build(state, record, scrapes: dict, now=None) -> dict:
     """The snapshot as a dict (JSON-ready)."""
     nodes_raw, reservations = _copy_view(state)
@@ -137,7 +146,11 @@ def build(state, record, scrapes: dict, now=None) -> dict:
                 for ctr in facts.request.containers:
                     if ctr.nums:
                         shapes[(ctr.mem_mib, ctr.mem_percent, ctr.cores)] = ctr
-    return {"at": now if now is not None else time.time(),
-            "overview": _overview(nodes, list(shapes.values()), len(pod_rows), len(pending)),
-            "nodes": nodes, "pods": pod_rows, "pending": pending,
+    claims = _claims(state)
+    overview = _overview(nodes, list(shapes.values()), len(pod_rows), len(pending))
+    overview.update(claims=len(claims),
+                    claimmem=sum(d[1] for c in claims for d in c["devices"]),
+                    claimgpus=len({(c["node"], d[0]) for c in claims for d in c["devices"]}))
+    return {"at": now if now is not None else time.time(), "overview": overview,
+            "nodes": nodes, "pods": pod_rows, "pending": pending, "claims": claims,
             "preemption": state.preemption_snapshot(), "events": events[-EVENTS_SHOWN:]}

@@ -71,6 +71,7 @@ class ClusterView:
         self._position: dict = {}         # node name -> position
         self._last_candidates = None      # (epoch, names, mask, unknown)
         self._ns_used: dict = {}          # namespace -> Amount its reservations hold (quota)
+        self._quota_holds: dict = {}      # key -> (namespace, Amount): DRA claims, gated pods
 
     # --- nodes -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -209,8 +210,25 @@ class ClusterView:
             self._apply(node, reservation, -1)
         return reservation
 
+    def hold_quota(self, key: str, namespace: str, amount: Optional[Amount]) -> None:
+        """Counts against the namespace's quota what `key` holds off this view's GPUs (a DRA
+        claim, which kube-scheduler allocates; a claim pod let through its quota gate), or
+        with None stops counting it."""
+        old = self._quota_holds.pop(key, None)
+        if old is not None:
+            self._add_used(old[0], old[1], -1)
+        if amount is not None and amount != ZERO:
+            self._quota_holds[key] = (namespace, amount)
+            self._add_used(namespace, amount, +1)
+
+    def quota_hold(self, key: str) -> Optional[Amount]:
+        """What `key` holds by hold_quota, or None."""
+        held = self._quota_holds.get(key)
+        return None if held is None else held[1]
+
     def namespace_used(self, namespace: str) -> Amount:
-        """GPU slices, MiB and cores the namespace's reservations hold (for its quota)."""
+        """GPU slices, MiB and cores the namespace's reservations and quota holds hold (for
+        its quota)."""
         return self._ns_used.get(namespace, ZERO)
 
     def namespaces_used(self) -> dict:
@@ -224,8 +242,10 @@ class ClusterView:
     def _count(self, reservation: Reservation, sign: int) -> None:
         if not reservation.devices or reservation.held_for:
             return
-        namespace = reservation.pod.partition("/")[0]
-        held = pod_amount(reservation.devices, reservation.init_positions)
+        self._add_used(reservation.pod.partition("/")[0],
+                       pod_amount(reservation.devices, reservation.init_positions), sign)
+
+    def _add_used(self, namespace: str, held: Amount, sign: int) -> None:
         total = self._ns_used.get(namespace, ZERO) + Amount(*(sign * v for v in held))
         if total == ZERO:
             self._ns_used.pop(namespace, None)

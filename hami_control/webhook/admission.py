@@ -10,7 +10,8 @@ Rules, in order (HAMi's, with its defaults):
    configured (--runtime-class) and the pod names none, and `nvidia.com/gpu` (the default
    count) on containers that give memory or cores without a count;
 4. or, for a pod opted in to DRA (`hami.io/dra: "true"` on it or its namespace), a patch that
-   turns its nvidia.com/* resources into ResourceClaims (webhook/dra.py).
+   turns its nvidia.com/* resources into ResourceClaims (webhook/dra.py), and in a namespace
+   with a GPU quota adds the quota's scheduling gate (claims/gate.py lifts it).
 Answered in the AdmissionReview version it was asked in (admission.k8s.io/v1 or v1beta1).
 """
 import base64
@@ -71,9 +72,11 @@ class Webhook:
     def __init__(self, scheduler_name: str = C.SCHEDULER_NAME,
                  defaults: RequestDefaults = RequestDefaults(),
                  namespace_labels: Callable[[str], Mapping] = lambda name: {},
-                 runtime_class: str = ""):
+                 runtime_class: str = "",
+                 quota_limits: Callable[[str], Mapping] = lambda namespace: {}):
         self.scheduler_name, self.defaults = scheduler_name, defaults
         self.namespace_labels, self.runtime_class = namespace_labels, runtime_class
+        self.quota_limits = quota_limits
 
     def __call__(self, body) -> dict:
         version, request = self._parse(body)
@@ -115,7 +118,9 @@ class Webhook:
             return {"allowed": False, "status": {"code": 403, "reason": "Forbidden",
                                                  "message": denial}}
         if opted_in(meta, self._namespace_labels(meta, request)):
-            patch = self._dra_patch(pod, meta, spec, asking)
+            namespace = request.get("namespace") or meta.get("namespace") or "default"
+            patch = self._dra_patch(pod, meta, spec, asking,
+                                    bool(self.quota_limits(str(namespace))))
         else:
             patch = self._patch(spec, asking)
         return {"patchType": "JSONPatch",
@@ -134,10 +139,11 @@ class Webhook:
         ns_labels = self._namespace_labels(meta, request)
         return ns_labels.get(C.LABEL_WEBHOOK) == C.LABEL_WEBHOOK_IGNORE
 
-    def _dra_patch(self, pod: Mapping, meta: Mapping, spec: Mapping, asking) -> list:
+    def _dra_patch(self, pod: Mapping, meta: Mapping, spec: Mapping, asking,
+                   gate: bool) -> list:
         asks = {c.name: c for c in parse_pod(pod, self.defaults).containers if c.nums}
         with_gpus = [(path, c) for path, c in asking if c.get("name") in asks]
-        ops = dra_patch(spec, meta, with_gpus, asks) if with_gpus else []
+        ops = dra_patch(spec, meta, with_gpus, asks, gate=gate) if with_gpus else []
         # A container asking only for nvidia.com/priority keeps no nvidia.com/* resource
         # either: no node offers them to a claim user.
         return ops + [op for path, c in asking if c.get("name") not in asks

@@ -19,6 +19,9 @@ from hami_common.request import ContainerRequest
 
 ANNO_DRA_CLAIMS = "hami.io/dra-claims"
 CLAIM_PREFIX = "hami-gpu-"
+# The scheduling gate of a DRA pod in a namespace with a GPU quota: kube-scheduler leaves the
+# pod alone until hami-control lifts it (claims/gate.py), once the quota has room for it.
+QUOTA_GATE = "hami.io/gpu-quota"
 _TRUE = ("true", "1", "yes")
 
 
@@ -58,9 +61,11 @@ def _ask_dict(ask: ContainerRequest) -> dict:
 
 
 def dra_patch(spec: Mapping, meta: Mapping, asking, asks: Mapping,
-              token: Callable[[], str] = lambda: secrets.token_hex(5)) -> list:
+              token: Callable[[], str] = lambda: secrets.token_hex(5),
+              gate: bool = False) -> list:
     """The JSON patch turning each container of `asking` ((JSON path, container) pairs) into a
-    claim user; `asks`: container name -> its parsed ContainerRequest."""
+    claim user; `asks`: container name -> its parsed ContainerRequest. With `gate`, the pod
+    also gets the quota's scheduling gate."""
     ops, claims, recorded = [], [], {}
     prefix = f"{CLAIM_PREFIX}{token()}"
     for n, (path, ctr) in enumerate(asking):
@@ -82,6 +87,11 @@ def dra_patch(spec: Mapping, meta: Mapping, asking, asks: Mapping,
         ops += [{"op": "add", "path": "/spec/resourceClaims/-", "value": c} for c in claims]
     else:
         ops.append({"op": "add", "path": "/spec/resourceClaims", "value": claims})
+    if gate:
+        ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": QUOTA_GATE}}
+                   if isinstance(spec.get("schedulingGates"), list) else
+                   {"op": "add", "path": "/spec/schedulingGates",
+                    "value": [{"name": QUOTA_GATE}]})
     value = json.dumps(recorded, sort_keys=True)
     if isinstance(meta.get("annotations"), Mapping):
         ops.append({"op": "add", "path": f"/metadata/annotations/{_escape(ANNO_DRA_CLAIMS)}",

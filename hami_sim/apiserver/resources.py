@@ -59,6 +59,14 @@ RESOURCES = (
              "MutatingWebhookConfiguration", "admissionregistration.k8s.io", "v1", False),
     Resource("events", "event", "Event", "events.k8s.io", "v1", True, (), ("ev",),
              ("reason", "regarding.kind", "regarding.name", "regarding.namespace", "type")),
+    # DRA (resource.k8s.io/v1, Kubernetes 1.34): stored and watched; no allocator runs here.
+    Resource("resourceclaims", "resourceclaim", "ResourceClaim", "resource.k8s.io", "v1", True,
+             ("status",)),
+    Resource("resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate",
+             "resource.k8s.io", "v1", True),
+    Resource("resourceslices", "resourceslice", "ResourceSlice", "resource.k8s.io", "v1", False,
+             (), (), ("spec.driver", "spec.nodeName")),
+    Resource("deviceclasses", "deviceclass", "DeviceClass", "resource.k8s.io", "v1", False),
 )
 
 # group -> version -> resource name -> Resource

@@ -99,6 +99,9 @@ class RealCluster(Startable):
         self._api_client = None
         self._machine_lock = None
         self.control_args: list = []             # more hami-control flags (benchmarks)
+        # More KubeSchedulerConfiguration fields for both kube-schedulers (benchmarks), e.g.
+        # {"percentageOfNodesToScore": 10}.
+        self.scheduler_settings: dict = {}
         # The node's InternalIP: kubelet registers it, the API server reaches kubelet there.
         self.node_ip = host_ip()
         # DRA (dra.py): hami-node as a DRA kubelet plugin, containerd with CDI, and the

@@ -104,10 +104,11 @@ def webhook_routing(c) -> list:
 QUOTA_SYNC_S = 5
 
 
-def start_controller_manager(c, controllers: str = "") -> None:
+def start_controller_manager(c, controllers: str = "", extra_args=()) -> None:
     """kube-controller-manager with per-controller ServiceAccount credentials; waits for the
     default ServiceAccount (pods need it). With `controllers` (e.g. the resourceclaim
-    controller alone, for a scheduling benchmark) only those run and nothing is waited for."""
+    controller alone, for a scheduling benchmark) only those run and nothing is waited for;
+    `extra_args`: more flags (a benchmark's --kube-api-qps)."""
     p = c.pki
     kc = c.write_kubeconfig(c.root / "controller-manager.kubeconfig",
                             client_cert=str(p.crt("controller-manager")),
@@ -122,7 +123,7 @@ def start_controller_manager(c, controllers: str = "") -> None:
         # checks that hami-control's keys survive a recount it can wait for.
         f"--resource-quota-sync-period={QUOTA_SYNC_S}s", "--v=1",
         *([f"--controllers={controllers}"] if controllers else []),
-        *cfg.gate_args(c.feature_gates)])
+        *cfg.gate_args(c.feature_gates), *extra_args])
     if controllers:
         c.step(f"kube-controller-manager running {controllers}")
         return
@@ -162,7 +163,8 @@ def start_schedulers(c) -> None:
     cluster's default kube-scheduler (admin credentials)."""
     kc = c.root / "hami-control.kubeconfig"
     sched = cfg.write_json(c.root / "scheduler-config.yaml",
-                           cfg.scheduler_config(c.control.url, c.pki.ca, kc))
+                           {**cfg.scheduler_config(c.control.url, c.pki.ca, kc),
+                            **c.scheduler_settings})
     hami = c.spawn("kube-scheduler", [
         c.bins["kube-scheduler"], f"--config={sched}", "--bind-address=127.0.0.1",
         f"--secure-port={c.ports['scheduler']}", f"--authentication-kubeconfig={kc}",
@@ -182,7 +184,7 @@ def start_default_scheduler(c) -> None:
     default = cfg.write_json(c.root / "default-scheduler-config.yaml", {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
-        "clientConnection": {"kubeconfig": str(c.kubeconfig)}})
+        "clientConnection": {"kubeconfig": str(c.kubeconfig)}, **c.scheduler_settings})
     c.spawn("default-scheduler", [
         c.bins["kube-scheduler"], f"--config={default}", "--bind-address=127.0.0.1",
         f"--secure-port={c.ports['default_scheduler']}",

@@ -144,7 +144,8 @@ NEEDED = [("", "nodes", v) for v in ("get", "list", "watch", "patch")] + \
     [("admissionregistration.k8s.io", "mutatingwebhookconfigurations", v)
      for v in ("get", "patch")] + \
     [("resource.k8s.io", "resourceclaimtemplates", "create"),     # the DRA opt-in
-     ("resource.k8s.io", "resourceslices", "list")]
+     ("resource.k8s.io", "resourceslices", "list")] + \
+    [("resource.k8s.io", "resourceclaims", v) for v in ("list", "watch")]   # DRA quotas
 
 
 def _allows(rules, group, resource, verb) -> bool:

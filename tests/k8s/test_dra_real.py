@@ -36,7 +36,7 @@ def dra(dra_cluster):
 
 def result_of(c, name: str, ctr: str) -> dict:
     """The workload's JSON result line in a container's log."""
-    return workload_result(container_log(c.pod_logs, get(c, name), ctr))
+    return workload_result(container_log(c.core_v1, get(c, name), ctr))
 
 
 def gone(c, *names) -> None:
@@ -212,7 +212,7 @@ def test_the_webhook_turns_hami_resources_into_a_claim_the_pod_owns(dra):
     for name in names:
         done = wait_phase(c, name, timeout=120, namespace="dra-opt-in")
         assert done["status"]["phase"] == "Succeeded"
-        oom = workload_result(container_log(c.pod_logs, done, "main"))
+        oom = workload_result(container_log(c.core_v1, done, "main"))
         seen.append((oom["name"], oom["total_mib"], oom["error"]))
     # 10 % of a 15360 MiB T4: the percentage became a subrequest per published memory size
     assert seen == [("NVIDIA A100-SXM4-40GB", 1500, "CUDA_ERROR_OUT_OF_MEMORY"),
@@ -227,6 +227,44 @@ def test_the_webhook_turns_hami_resources_into_a_claim_the_pod_owns(dra):
     wait_until("the pods' templates and claims collected with them", lambda: not json.loads(
         c.kubectl("get", "resourceclaimtemplates,resourceclaims", "-n", "dra-opt-in",
                   "-o", "json"))["items"], 60)
+
+def test_a_namespace_gpu_quota_holds_dra_pods_and_counts_their_claims(dra):
+    """The webhook gates the opted-in pods of a namespace with a quota; hami-control lets the
+    first through (the real kube-scheduler allocates its claim, counted in the quota's status
+    in what the claim consumed) and keeps the second gated until the first is gone."""
+    c, ns = dra, "dra-quota"
+    c.kubectl("create", "namespace", ns)
+    c.kubectl("label", "namespace", ns, "hami.io/dra=true")
+    c.apply([{"apiVersion": "v1", "kind": "ResourceQuota",
+              "metadata": {"name": "gpu", "namespace": ns},
+              "spec": {"hard": {"limits.nvidia.com/gpumem": "1000"}}}])
+    wait_until("hami-control sees the quota (its use written)", lambda: "limits.nvidia.com/"
+               "gpumem" in (json.loads(c.kubectl("get", "quota", "gpu", "-n", ns, "-o", "json"))
+                            .get("status", {}).get("used") or {}), 30)
+    bodies = [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n, "namespace": ns},
+               "spec": {"containers": [{**container("main", SLEEP), "resources": {
+                   "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "800"}}}]}}
+              for n in ("q-first", "q-second")]
+    c.apply(bodies[:1])
+    wait_phase(c, "q-first", ("Running",), timeout=90, namespace=ns)
+    c.apply(bodies[1:])
+
+    def used():
+        status = json.loads(c.kubectl("get", "quota", "gpu", "-n", ns, "-o", "json"))["status"]
+        return (status.get("used") or {}).get("limits.nvidia.com/gpumem")
+    assert wait_until("the claim counted in the quota's status", lambda: used() == "800", 30)
+    events = wait_until("the second pod held back, with the numbers", lambda: [
+        e["message"] for e in json.loads(c.kubectl("get", "events", "-n", ns, "-o", "json"))[
+            "items"] if e["reason"] == "GPUQuotaExceeded"], 30)
+    assert "used 800 + asked 800 > limit 1000 MiB" in events[0]
+    second = get(c, "q-second", ns)
+    assert second["spec"]["schedulingGates"] == [{"name": "hami.io/gpu-quota"}]
+    assert any(x.get("reason") == "SchedulingGated" for x in second["status"]["conditions"])
+    delete(c, "q-first", namespace=ns)
+    wait_phase(c, "q-second", ("Running",), timeout=90, namespace=ns)
+    delete(c, "q-second", namespace=ns)
+    c.kubectl("delete", "namespace", ns, "--wait=false")
+
 
 def test_with_the_gate_off_claims_get_whole_gpus_as_documented(dra):
     c = dra

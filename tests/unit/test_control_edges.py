@@ -7,8 +7,9 @@ import pytest
 from hami_common import constants as C
 from hami_common import handshake as H
 from hami_common import node_lock
-from hami_control.cluster.api import (Conflict, Invalid, LeaseApi, NamespaceApi, PodNodeApi,
-                                      QuotaStatusApi, WatchSource, WebhookConfigApi)
+from hami_control.cluster.api import (Conflict, DraTemplateApi, Invalid, LeaseApi,
+                                      NamespaceApi, PodNodeApi, QuotaGateApi, QuotaStatusApi,
+                                      WatchSource, WebhookConfigApi)
 from hami_control.cluster.handshake import NodeHealth
 from hami_control.cluster.kube import KubeApi
 from hami_control.cluster.leader import LeaderElector
@@ -89,7 +90,7 @@ class FakeApi:
 
 def test_kube_api_implements_every_boundary():
     for protocol in (WatchSource, PodNodeApi, LeaseApi, NamespaceApi, QuotaStatusApi,
-                     WebhookConfigApi):
+                     WebhookConfigApi, DraTemplateApi, QuotaGateApi):
         assert all(callable(getattr(KubeApi, m, None)) for m in dir(protocol)
                    if not m.startswith("_")), protocol
         assert isinstance(KubeApi.__new__(KubeApi), protocol)

@@ -101,6 +101,7 @@ function drawOverview(o) {
       `${mib(o.fragmentedmem || 0)} free)`),
     card(`${o.unhealthy || 0}`, "GPUs unhealthy"),
     card(`${o.nodes}`, "nodes"), card(`${o.pods}`, "GPU pods"), card(`${o.pending}`, "pending"),
+    card(`${o.claims || 0}`, `DRA claims (${mib(o.claimmem || 0)} on ${o.claimgpus || 0} GPUs)`),
   ].join("");
 }
 
@@ -121,6 +122,7 @@ function drawLists(snap) {
     `${p.phase || "?"} on ${p.node || "no node yet"}` +
     (p.gpus.length ? ` · ${p.gpus.map((g) => g[0].slice(0, 12)).join(", ")}` : ""))).join("");
   drawPreemption(snap.preemption || { holds: [], nominated: {}, recent: [] });
+  drawClaims(snap.claims || []);
   $("events").innerHTML = snap.events.slice(-40).reverse().map((e) =>
     `<li>${esc(new Date(e.at * 1000).toLocaleTimeString())} ${esc(e.text)}</li>`).join("");
 }
@@ -140,6 +142,16 @@ function drawPreemption(pre) {
     `on ${esc(r.node)} (${esc(r.by)})<small>${esc(r.victims.join(", "))}: ${esc(r.why)}</small></li>`);
   $("preempt-count").textContent = `${pre.holds.length} held`;
   $("preemption").innerHTML = holds.concat(nominated, recent).join("");
+}
+
+// DRA claims kube-scheduler allocated on our driver's GPUs: where, how much, for which pods.
+function drawClaims(claims) {
+  const shown = claims.filter((c) => !query || matches(c.key) || matches(c.node) ||
+    c.pods.some(matches));
+  $("claim-count").textContent = `${claims.length}`;
+  $("claims").innerHTML = shown.slice(0, LIST_MAX).map((c) => `<li>${esc(c.key)} on ` +
+    `${esc(c.node)}<small>${esc(c.devices.map((d) => `${d[0].slice(0, 12)} ${mib(d[1])} ` +
+    `${d[2]}%`).join(", "))} · ${esc(c.pods.join(", ") || "no pod")}</small></li>`).join("");
 }
 
 function drawDetail(snap) {

@@ -1,0 +1,49 @@
+"""The GPUs hami-py's DRA driver publishes (its ResourceSlices), read now and then: the memory
+sizes a `gpumem-percentage` may take, and the memory of a GPU allocated whole."""
+import logging
+import threading
+
+from hami_common.constants import DRA_DRIVER
+from hami_control.clock import Clock, SystemClock
+from hami_control.cluster.api import ApiError
+from hami_control.cluster.dra_templates import published_gpus
+
+log = logging.getLogger(__name__)
+
+
+class PublishedGpus:
+    """A cache of the driver's slices, listed again when older than `ttl_s`; a failed list
+    keeps the last answer (and says so)."""
+
+    def __init__(self, api, clock: Clock = SystemClock(), ttl_s: float = 30.0):
+        self.api, self.clock, self.ttl_s = api, clock, ttl_s
+        self._lock = threading.Lock()
+        self._at = None
+        self._slices: list = []
+
+    def _fresh(self) -> list:
+        with self._lock:
+            now = self.clock.monotonic()
+            if self._at is None or now - self._at >= self.ttl_s:
+                try:
+                    self._slices = self.api.list_slices(DRA_DRIVER)
+                except ApiError as e:
+                    log.warning("listing the ResourceSlices of %s failed (%s); using the last "
+                                "list", DRA_DRIVER, e)
+                self._at = now
+            return self._slices
+
+    def gpus(self) -> list:
+        """(type, UUID, memory MiB) of every published GPU."""
+        return published_gpus(self._fresh())
+
+    def whole_mib(self, pool: str, device: str) -> int:
+        """The memory (MiB) a device of a pool publishes; 0 if not published."""
+        for item in self._fresh():
+            spec = item.get("spec") or {}
+            if (spec.get("pool") or {}).get("name") != pool:
+                continue
+            for found in published_gpus([{"spec": {"devices": [
+                    d for d in spec.get("devices") or [] if d.get("name") == device]}}]):
+                return found[2]
+        return 0

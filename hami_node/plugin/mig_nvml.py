@@ -122,20 +122,26 @@ class NvmlMig:
         nvml = self._nvml
         gi_info = nvml.nvmlGpuInstanceGetInfo(gi)
         ci_id, mig_uuid = None, ""
+        cis = self._compute_instances(gi)
+        if cis:
+            ci_id = int(nvml.nvmlComputeInstanceGetInfo(cis[0]).id)
+            mig_uuid = self._mig_uuid(gpu, int(gi_info.id), ci_id)
+        return MigInstance(uuid, int(gi_info.id), ci_id, name,
+                           MigPlacement(gi_info.placement.start, gi_info.placement.size),
+                           mig_uuid, int(info.memorySizeMB))
+
+    def _compute_instances(self, gi) -> list:
+        """The compute instances of a GPU instance, of every profile."""
+        nvml, out = self._nvml, []
         for index in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
             cis = (nvml.c_nvmlComputeInstance_t * MIG_COMPUTE_SLICES)()
             count = ctypes.c_uint(0)
             try:
                 nvml.nvmlGpuInstanceGetComputeInstances(gi, index, cis, ctypes.byref(count))
             except nvml.NVMLError:
-                continue
-            if count.value:
-                ci_id = int(nvml.nvmlComputeInstanceGetInfo(cis[0]).id)
-                mig_uuid = self._mig_uuid(gpu, int(gi_info.id), ci_id)
-                break
-        return MigInstance(uuid, int(gi_info.id), ci_id, name,
-                           MigPlacement(gi_info.placement.start, gi_info.placement.size),
-                           mig_uuid, int(info.memorySizeMB))
+                continue          # a profile this GPU instance cannot have
+            out += cis[:count.value]
+        return out
 
     def _mig_uuid(self, gpu, gi_id: int, ci_id: int) -> str:
         nvml = self._nvml
@@ -178,15 +184,8 @@ class NvmlMig:
         nvml, gpu = self._nvml, self._gpu(uuid)
         gi = self._call(f"GPU {uuid}: no GPU instance {gpu_instance_id}",
                         nvml.nvmlDeviceGetGpuInstanceById, gpu, gpu_instance_id)
-        for index in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            cis = (nvml.c_nvmlComputeInstance_t * MIG_COMPUTE_SLICES)()
-            count = ctypes.c_uint(0)
-            try:
-                nvml.nvmlGpuInstanceGetComputeInstances(gi, index, cis, ctypes.byref(count))
-            except nvml.NVMLError:
-                continue
-            for ci in cis[:count.value]:
-                self._call(f"GPU {uuid}: instance {gpu_instance_id} is in use",
-                           nvml.nvmlComputeInstanceDestroy, ci)
+        for ci in self._compute_instances(gi):
+            self._call(f"GPU {uuid}: instance {gpu_instance_id} is in use",
+                       nvml.nvmlComputeInstanceDestroy, ci)
         self._call(f"GPU {uuid}: instance {gpu_instance_id} is in use",
                    nvml.nvmlGpuInstanceDestroy, gi)

@@ -11,7 +11,7 @@ from hami_common.mig import (MigAllocation, MigPlacement, MigProfile, decode_all
 from hami_control.placement import mig
 
 P = MigPlacement
-# The A100-40GB as the simulated NVML reports it (tests/sim/test_mig.py checks that table).
+# The A100-40GB as the simulated NVML reports it (tests/sim/test_sim_mig.py checks that table).
 A100 = (MigProfile("1g.5gb", 4864, 14, 1, tuple(P(i, 1) for i in range(7))),
         MigProfile("2g.10gb", 9856, 29, 2, (P(0, 2), P(2, 2), P(4, 2))),
         MigProfile("3g.20gb", 20096, 43, 3, (P(0, 4), P(4, 4))),

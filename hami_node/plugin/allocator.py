@@ -310,6 +310,8 @@ class Allocator:
             if e.status == CONFLICT:
                 raise _Conflict() from e
             raise ClusterError(f"recording the allocation failed: {e}", e.status) from e
+        if self._realized:
+            self.mig.recorded(self._realized)
         if not left:
             self.release_lock(pod, node)
 

@@ -120,6 +120,11 @@ class MigManager:
             raise
         return out
 
+    def recorded(self, realized: Iterable[Realized]) -> None:
+        """The instances are in their pod's annotation now: no grace once the pod is gone."""
+        for r in realized:
+            self._made.pop((r.gpu_uuid, r.allocation.gpu_instance_id), None)
+
     def _existing(self, alloc: MigAllocation):
         for inst in self.backend.instances(alloc.gpu_uuid):
             if inst.placement == alloc.placement and inst.profile == alloc.profile and \

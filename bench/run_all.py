@@ -26,6 +26,7 @@ BENCHES = [
     ("filter_latency.py", []),
     ("placement_latency.py", []),
     ("preempt_minimal.py", []),
+    ("mig_placement.py", []),
     ("pod_watch_cost.py", []),
     ("replay_plot.py", ["--pods", "default", "--out", str(OUT / "replay_default.png")]),
     ("dra_placement.py", []),

@@ -54,6 +54,11 @@ LABEL_VGPU_NODE = "hami.io/vgpu-node"
 SCHEDULER_NAME = "hami-scheduler"
 DEVICE_VENDOR = "NVIDIA"
 DEVICE_MODE_HAMI_CORE = "hami-core"
+DEVICE_MODE_MIG = "mig"
+# MIG (HAMi's flexible MIG): the pod's choice of mode, and the scheduler's reservation per MIG
+# device that the node agent completes with the instance it made.
+ANNO_VGPU_MODE = "nvidia.com/vgpu-mode"
+ANNO_MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
 
 # Dynamic Resource Allocation (resource.k8s.io/v1): our driver, under a domain the project owns
 # (its GitHub organisation's pages), its DeviceClass, CDI kind and the capacities it publishes.

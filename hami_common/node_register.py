@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 
 from hami_common.constants import DEVICE_MODE_HAMI_CORE, RESOURCE_CORES, RESOURCE_MEM
 from hami_common.errors import HamiFormatError
+from hami_common.mig import profile_from_json
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class DeviceInfo:
     numa: int = 0
     mode: str = DEVICE_MODE_HAMI_CORE
     health: bool = True
+    mig_profiles: tuple = ()    # MigProfile: what a GPU in mode "mig" can be cut into
 
     def __post_init__(self):
         if not self.id:
@@ -61,12 +63,28 @@ def _device_from_json(obj) -> DeviceInfo:
                       count=_int_field(obj, "count", 0), devmem=_int_field(obj, "devmem", 0),
                       devcore=_int_field(obj, "devcore", 100), type=str(obj.get("type", "")),
                       numa=_int_field(obj, "numa", 0),
-                      mode=str(obj.get("mode") or DEVICE_MODE_HAMI_CORE), health=health)
+                      mode=str(obj.get("mode") or DEVICE_MODE_HAMI_CORE), health=health,
+                      mig_profiles=_profiles(obj))
+
+
+def _profiles(obj: dict) -> tuple:
+    profiles = obj.get("migProfiles") or []
+    if not isinstance(profiles, list):
+        raise HamiFormatError(f"register entry {obj.get('id', '?')!r}: migProfiles must be a list")
+    return tuple(profile_from_json(p, f"register entry {obj.get('id', '?')!r}") for p in profiles)
+
+
+def _device_json(d: DeviceInfo) -> dict:
+    out = asdict(d)
+    del out["mig_profiles"]
+    if d.mig_profiles:            # HAMi's encoder omits it when empty
+        out["migProfiles"] = [p.to_json() for p in d.mig_profiles]
+    return out
 
 
 def encode(devices) -> str:
     """The JSON annotation value for a list of devices."""
-    return json.dumps([asdict(d) for d in devices], separators=(",", ":"))
+    return json.dumps([_device_json(d) for d in devices], separators=(",", ":"))
 
 
 def decode(value: str) -> list:

@@ -54,7 +54,23 @@ extern "C" {
     X(NVML_INIT_FLAG_NO_ATTACH, 2)                       \
     X(nvmlEventTypeNone, 0)                              \
     X(nvmlEventTypeXidCriticalError, 8)                  \
-    X(nvmlMemory_v2, (unsigned int)(40 | (2 << 24)))
+    X(nvmlMemory_v2, (unsigned int)(40 | (2 << 24)))             \
+    X(NVML_DEVICE_MIG_DISABLE, 0)                        \
+    X(NVML_DEVICE_MIG_ENABLE, 1)                         \
+    X(NVML_GPU_INSTANCE_PROFILE_1_SLICE, 0)              \
+    X(NVML_GPU_INSTANCE_PROFILE_2_SLICE, 1)              \
+    X(NVML_GPU_INSTANCE_PROFILE_3_SLICE, 2)              \
+    X(NVML_GPU_INSTANCE_PROFILE_4_SLICE, 3)              \
+    X(NVML_GPU_INSTANCE_PROFILE_7_SLICE, 4)              \
+    X(NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 7)         \
+    X(NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 9)         \
+    X(NVML_GPU_INSTANCE_PROFILE_COUNT, 0x12)             \
+    X(NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 0)          \
+    X(NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE, 4)          \
+    X(NVML_COMPUTE_INSTANCE_PROFILE_COUNT, 9)            \
+    X(NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, 0)    \
+    X(nvmlGpuInstanceProfileInfo_v2, (unsigned int)(152 | (2 << 24))) \
+    X(nvmlComputeInstanceProfileInfo_v2, (unsigned int)(136 | (2 << 24)))
 
 #ifndef HAMI_NVML_CONFORMANCE
 #define HAMI_NT(name) name
@@ -64,6 +80,8 @@ typedef enum nvmlReturn_enum { HAMI_NVML_RETURNS(HAMI_NVML_ENUM_ITEM) } nvmlRetu
 
 typedef struct nvmlDevice_st *nvmlDevice_t;
 typedef struct nvmlEventSet_st *nvmlEventSet_t;
+typedef struct nvmlGpuInstance_st *nvmlGpuInstance_t;
+typedef struct nvmlComputeInstance_st *nvmlComputeInstance_t;
 typedef enum nvmlIntNvLinkDeviceType_enum {
     NVML_NVLINK_DEVICE_TYPE_GPU = 0x00,
     NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01,
@@ -83,6 +101,22 @@ typedef struct nvmlGpuFabricInfo_v3_st nvmlGpuFabricInfoV_t; /* only passed by p
 #define nvmlEventTypeNone 0x0000000000000000LL
 #define nvmlEventTypeXidCriticalError 0x0000000000000008LL
 #define nvmlMemory_v2 ((unsigned int)(sizeof(nvmlMemory_v2_t) | (2 << 24U)))
+#define NVML_DEVICE_MIG_DISABLE 0x0
+#define NVML_DEVICE_MIG_ENABLE 0x1
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_GPU_INSTANCE_PROFILE_2_SLICE 0x1
+#define NVML_GPU_INSTANCE_PROFILE_3_SLICE 0x2
+#define NVML_GPU_INSTANCE_PROFILE_4_SLICE 0x3
+#define NVML_GPU_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 0x7
+#define NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2 0x9
+#define NVML_GPU_INSTANCE_PROFILE_COUNT 0x12
+#define NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE 0x0
+#define NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE 0x4
+#define NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0x0
+#define nvmlGpuInstanceProfileInfo_v2 ((unsigned int)(sizeof(nvmlGpuInstanceProfileInfo_v2_t) | (2 << 24U)))
+#define nvmlComputeInstanceProfileInfo_v2 ((unsigned int)(sizeof(nvmlComputeInstanceProfileInfo_v2_t) | (2 << 24U)))
 #else
 #define HAMI_NT(name) hami_check_##name
 #endif
@@ -147,10 +181,96 @@ typedef struct HAMI_NT(nvmlEventData_st) {
     unsigned int computeInstanceId;
 } HAMI_NT(nvmlEventData_t);
 
+/* MIG. */
+typedef struct HAMI_NT(nvmlGpuInstancePlacement_st) {
+    unsigned int start;
+    unsigned int size;
+} HAMI_NT(nvmlGpuInstancePlacement_t);
+
+typedef struct HAMI_NT(nvmlGpuInstanceProfileInfo_st) {
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+} HAMI_NT(nvmlGpuInstanceProfileInfo_t);
+
+typedef struct HAMI_NT(nvmlGpuInstanceProfileInfo_v2_st) {
+    unsigned int version;
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[96];
+} HAMI_NT(nvmlGpuInstanceProfileInfo_v2_t);
+
+typedef struct HAMI_NT(nvmlGpuInstanceInfo_st) {
+    nvmlDevice_t device;
+    unsigned int id;
+    unsigned int profileId;
+    struct HAMI_NT(nvmlGpuInstancePlacement_st) placement;
+} HAMI_NT(nvmlGpuInstanceInfo_t);
+
+typedef struct HAMI_NT(nvmlComputeInstancePlacement_st) {
+    unsigned int start;
+    unsigned int size;
+} HAMI_NT(nvmlComputeInstancePlacement_t);
+
+typedef struct HAMI_NT(nvmlComputeInstanceProfileInfo_st) {
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+} HAMI_NT(nvmlComputeInstanceProfileInfo_t);
+
+typedef struct HAMI_NT(nvmlComputeInstanceProfileInfo_v2_st) {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[96];
+} HAMI_NT(nvmlComputeInstanceProfileInfo_v2_t);
+
+typedef struct HAMI_NT(nvmlComputeInstanceInfo_st) {
+    nvmlDevice_t device;
+    nvmlGpuInstance_t gpuInstance;
+    unsigned int id;
+    unsigned int profileId;
+    struct HAMI_NT(nvmlComputeInstancePlacement_st) placement;
+} HAMI_NT(nvmlComputeInstanceInfo_t);
+
 /* The structs checked by the conformance test. */
 #define HAMI_NVML_STRUCTS(X)                                                       \
     X(nvmlMemory_t) X(nvmlMemory_v2_t) X(nvmlPciInfo_t) X(nvmlUtilization_t)       \
-    X(nvmlProcessUtilizationSample_t) X(nvmlProcessInfo_t) X(nvmlEventData_t)
+    X(nvmlProcessUtilizationSample_t) X(nvmlProcessInfo_t) X(nvmlEventData_t)       \
+    X(nvmlGpuInstancePlacement_t) X(nvmlGpuInstanceProfileInfo_t)                    \
+    X(nvmlGpuInstanceProfileInfo_v2_t) X(nvmlGpuInstanceInfo_t)                      \
+    X(nvmlComputeInstancePlacement_t) X(nvmlComputeInstanceProfileInfo_t)            \
+    X(nvmlComputeInstanceProfileInfo_v2_t) X(nvmlComputeInstanceInfo_t)
 
 /* Prototypes under the real exported names. One declaration per line. */
 nvmlReturn_t nvmlInit_v2(void);
@@ -194,6 +314,36 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes);
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms);
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
+/* MIG. */
+nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t *activationStatus);
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t *info);
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_v2_t *info);
+nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t *placements, unsigned int *count);
+nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profileId, unsigned int *count);
+nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t *placement, nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance);
+nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId, nvmlGpuInstance_t *gpuInstances, unsigned int *count);
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance);
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_t *info);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile, nvmlComputeInstanceProfileInfo_v2_t *info);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gpuInstance, unsigned int profileId, unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstancePossiblePlacements(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstancePlacement_t *placements, unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlGpuInstanceCreateComputeInstanceWithPlacement(nvmlGpuInstance_t gpuInstance, unsigned int profileId, const nvmlComputeInstancePlacement_t *placement, nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t *computeInstances, unsigned int *count);
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id, nvmlComputeInstance_t *computeInstance);
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info);
+nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info);
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice);
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id);
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id);
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count);
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice);
+nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device);
 
 #ifdef __cplusplus
 }

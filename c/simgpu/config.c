@@ -139,15 +139,20 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
+void sim_uuid_of(char *out, size_t len, const char *prefix, const char *key)
+{
+    uint64_t hi = mix(fnv1a(key, 0xcbf29ce484222325ULL));
+    uint64_t lo = mix(hi ^ 0x9e3779b97f4a7c15ULL);
+    snprintf(out, len, "%s-%08x-%04x-%04x-%04x-%012llx", prefix, (unsigned)(hi >> 32),
+             (unsigned)(hi >> 16) & 0xffff, (unsigned)hi & 0xffff, (unsigned)(lo >> 48),
+             (unsigned long long)(lo & 0xffffffffffffULL));
+}
+
 static void make_uuid(char *out, size_t len, int index, const char *seed)
 {
     char key[SIM_CONFIG_LEN + 32];
     snprintf(key, sizeof key, "hami-sim/%s/%d", seed ? seed : "", index);
-    uint64_t hi = mix(fnv1a(key, 0xcbf29ce484222325ULL));
-    uint64_t lo = mix(hi ^ 0x9e3779b97f4a7c15ULL);
-    snprintf(out, len, "GPU-%08x-%04x-%04x-%04x-%012llx", (unsigned)(hi >> 32),
-             (unsigned)(hi >> 16) & 0xffff, (unsigned)hi & 0xffff, (unsigned)(lo >> 48),
-             (unsigned long long)(lo & 0xffffffffffffULL));
+    sim_uuid_of(out, len, "GPU", key);
 }
 
 void sim_device_identity(struct sim_device *dev, int index, const struct sim_gpu_spec *spec,

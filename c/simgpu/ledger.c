@@ -13,14 +13,14 @@
 
 static pid_t slots_pid;                    /* the process the cached slots belong to */
 static uint64_t my_start_time;
-static int my_slot[SIM_MAX_DEVICES];
-static int64_t last_reap[SIM_MAX_DEVICES];
+static int my_slot[SIM_MAX_RECORDS];
+static int64_t last_reap[SIM_MAX_RECORDS];
 
 void sim_slots_init(void)
 {
     slots_pid = getpid();
     my_start_time = hami_proc_start_time(slots_pid);
-    for (int i = 0; i < SIM_MAX_DEVICES; i++)
+    for (int i = 0; i < SIM_MAX_RECORDS; i++)
         my_slot[i] = -1;
 }
 
@@ -76,7 +76,7 @@ static void release_if_idle(struct sim_proc *p)
         memset(p, 0, sizeof *p);
 }
 
-static uint64_t used_locked(const struct sim_device *d)
+uint64_t sim_used_locked(const struct sim_device *d)
 {
     uint64_t used = 0;
     for (int i = 0; i < SIM_MAX_PROCS; i++)
@@ -92,9 +92,9 @@ int sim_charge(int dev, uint64_t bytes)
         return -1;
     sim_lock();
     sim_reap_locked(d, 0);
-    if (used_locked(d) + sim_reported(bytes) > d->total_bytes) {
+    if (sim_used_locked(d) + sim_reported(bytes) > d->total_bytes) {
         sim_reap_locked(d, 1); /* a process may have died since the last check */
-        if (used_locked(d) + sim_reported(bytes) > d->total_bytes) {
+        if (sim_used_locked(d) + sim_reported(bytes) > d->total_bytes) {
             sim_unlock();
             return -1;
         }
@@ -144,7 +144,7 @@ uint64_t sim_device_used(int dev)
         return 0;
     sim_lock();
     sim_reap_locked(d, 0);
-    uint64_t used = used_locked(d);
+    uint64_t used = sim_used_locked(d);
     sim_unlock();
     return used;
 }

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mig.h"
 #include "nvml_internal.h"
 
 const int sim_honours_cuda_visible = 0; /* NVML ignores CUDA_VISIBLE_DEVICES */
@@ -13,9 +14,19 @@ nvmlReturn_t sim_nvml_device(nvmlDevice_t h, struct sim_device **out)
 {
     if (!__atomic_load_n(&init_count, __ATOMIC_ACQUIRE))
         return NVML_ERROR_UNINITIALIZED;
-    if (!h || h < handles || h >= handles + SIM_MAX_DEVICES || !(*out = sim_device(h->index)))
+    if (h && (h < handles || h >= handles + SIM_MAX_DEVICES))
+        return sim_nvml_mig_device(h, out);
+    if (!h || !(*out = sim_device(h->index)))
         return NVML_ERROR_INVALID_ARGUMENT;
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t sim_nvml_gpu(nvmlDevice_t h, struct sim_device **out)
+{
+    nvmlReturn_t rc = sim_nvml_device(h, out);
+    if (rc == NVML_SUCCESS)
+        *out = sim_device(h->index);
+    return rc;
 }
 
 nvmlDevice_t sim_nvml_handle(int index) { return &handles[index]; }
@@ -31,7 +42,7 @@ static nvmlReturn_t init(void)
     switch (sim_open()) {
     case SIM_READY:
         for (int i = 0; i < SIM_MAX_DEVICES; i++)
-            handles[i].index = i;
+            handles[i] = (struct nvmlDevice_st){.index = i, .gi = -1, .ci = -1};
         __atomic_add_fetch(&init_count, 1, __ATOMIC_ACQ_REL);
         return NVML_SUCCESS;
     case SIM_BAD_CONFIG:
@@ -138,6 +149,8 @@ SIM_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d
         return NVML_ERROR_UNINITIALIZED;
     if (!uuid || !device)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (strncmp(uuid, "MIG-", 4) == 0)
+        return sim_nvml_mig_by_uuid(uuid, device);
     for (int i = 0; i < sim_device_count(); i++) {
         if (strcmp(sim_device(i)->uuid, uuid) == 0) {
             *device = &handles[i];
@@ -158,7 +171,8 @@ SIM_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned int 
 {
     struct sim_device *d;
     nvmlReturn_t rc = sim_nvml_device(h, &d);
-    return rc == NVML_SUCCESS ? copy_string(uuid, length, d->uuid) : rc;
+    const char *mig = rc == NVML_SUCCESS ? sim_nvml_mig_uuid(h) : NULL;
+    return rc == NVML_SUCCESS ? copy_string(uuid, length, mig ? mig : d->uuid) : rc;
 }
 
 /* Index (in this process's view), minor number (the physical device's) and NUMA node. */
@@ -166,6 +180,8 @@ static nvmlReturn_t device_uint(nvmlDevice_t h, unsigned int *out, int which)
 {
     struct sim_device *d;
     nvmlReturn_t rc = sim_nvml_device_arg(h, &d, out);
+    if (rc == NVML_SUCCESS)
+        rc = sim_nvml_gpu(h, &d); /* a MIG device answers with its GPU's */
     if (rc == NVML_SUCCESS)
         *out = which == 2 ? (unsigned int)d->numa_node : which == 1 ? d->index : (unsigned int)h->index;
     return rc;
@@ -187,8 +203,17 @@ static nvmlReturn_t memory_of(nvmlDevice_t h, const void *out, uint64_t *total, 
     struct sim_device *d;
     nvmlReturn_t rc = sim_nvml_device_arg(h, &d, out);
     if (rc == NVML_SUCCESS) {
+        /* a GPU in MIG mode: what its instances use; a MIG device: its own instance's */
+        struct sim_mig_part parts[SIM_MIG_GIS];
         *total = d->total_bytes;
-        *used = sim_device_used(h->index);
+        *used = 0;
+        sim_lock();
+        int n = sim_mig_parts_locked(d, parts);
+        for (int i = 0; i < n; i++) {
+            sim_reap_locked(parts[i].record, 0);
+            *used += sim_used_locked(parts[i].record);
+        }
+        sim_unlock();
         if (*used > *total)
             *used = *total;
     }

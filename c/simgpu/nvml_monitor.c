@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mig.h"
 #include "nvml_internal.h"
 
 #define WINDOW_NS 1000000000LL /* utilization is busy time over the last second */
@@ -78,19 +79,24 @@ static nvmlReturn_t processes(nvmlDevice_t h, unsigned int *count, nvmlProcessIn
     nvmlReturn_t rc = sim_nvml_device_arg(h, &d, count);
     if (rc != NVML_SUCCESS)
         return rc;
-    nvmlProcessInfo_t found[SIM_MAX_PROCS];
+    nvmlProcessInfo_t found[SIM_MAX_PROCS * SIM_MIG_GIS];
+    struct sim_mig_part parts[SIM_MIG_GIS];
     unsigned int n = 0;
     sim_lock();
-    sim_reap_locked(d, 1);
-    for (int i = 0; compute && i < SIM_MAX_PROCS; i++) {
-        const struct sim_proc *p = &d->procs[i];
-        if (!p->pid)
-            continue;
-        found[n].pid = (unsigned int)(p->host_pid ? p->host_pid : p->pid);
-        found[n].usedGpuMemory = sim_reported(p->used_bytes);
-        found[n].gpuInstanceId = 0xFFFFFFFFu; /* no MIG */
-        found[n].computeInstanceId = 0xFFFFFFFFu;
-        n++;
+    int nparts = sim_mig_parts_locked(d, parts);
+    for (int r = 0; r < nparts; r++) {
+        struct sim_device *x = parts[r].record;
+        sim_reap_locked(x, 1);
+        for (int i = 0; compute && i < SIM_MAX_PROCS; i++) {
+            const struct sim_proc *p = &x->procs[i];
+            if (!p->pid)
+                continue;
+            found[n].pid = (unsigned int)(p->host_pid ? p->host_pid : p->pid);
+            found[n].usedGpuMemory = sim_reported(p->used_bytes);
+            found[n].gpuInstanceId = parts[r].gi_id;
+            found[n].computeInstanceId = parts[r].ci_id;
+            n++;
+        }
     }
     sim_unlock();
     if (*count < n || (n && !infos)) {
@@ -170,6 +176,8 @@ SIM_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t h, unsigned long long
     nvmlReturn_t rc = sim_nvml_device_arg(h, &d, set);
     if (rc == NVML_SUCCESS && (types & ~(unsigned long long)nvmlEventTypeXidCriticalError))
         rc = NVML_ERROR_NOT_SUPPORTED;
+    if (rc == NVML_SUCCESS && d->index >= SIM_MAX_DEVICES)
+        rc = NVML_ERROR_NOT_SUPPORTED; /* XIDs are the GPU's: register the parent of a MIG device */
     if (rc != NVML_SUCCESS)
         return rc;
     sim_lock();

@@ -58,6 +58,8 @@ const struct sim_model *sim_model_of(const char *name);
 int sim_config_parse(const char *text, struct sim_config *out, char *err, size_t errlen);
 /* "16g", "512m", "1073741824" (binary multiples); 0 when malformed. */
 uint64_t sim_parse_size(const char *text);
+/* "<prefix>-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", a stable hash of `key`. */
+void sim_uuid_of(char *out, size_t len, const char *prefix, const char *key);
 /* Fills a device record's identity (name, UUID, compute capability, PCI, NUMA). */
 void sim_device_identity(struct sim_device *dev, int index, const struct sim_gpu_spec *spec,
                          const char *uuid_seed);
@@ -86,6 +88,8 @@ enum sim_status sim_open(void);
 void sim_state_dir(char *out, size_t len);
 int sim_device_count(void);
 struct sim_device *sim_device(int index);
+/* A device record by its index: a GPU (< SIM_MAX_DEVICES) or a GPU instance's record. */
+struct sim_device *sim_device_record(int record);
 /* Device memory a context takes on `dev` (HAMI_SIM_CTX_OVERHEAD, else the model's default),
  * and module memory charged when a context first launches a kernel (HAMI_SIM_MODULE_MEM). */
 uint64_t sim_ctx_overhead(int dev);
@@ -106,6 +110,8 @@ void sim_sleep_until(int64_t t_ns);
  * lacks `bytes` even after reclaiming dead processes' memory. */
 int sim_charge(int dev, uint64_t bytes);
 void sim_uncharge(int dev, uint64_t bytes);
+/* Memory in use on a device record by the processes it lists; caller holds the lock. */
+uint64_t sim_used_locked(const struct sim_device *d);
 void sim_context_count(int dev, int delta);
 /* Memory in use on the device by live processes (takes the lock, reaps the dead). */
 uint64_t sim_device_used(int dev);

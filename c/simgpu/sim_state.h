@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define SIM_STATE_MAGIC 0x314d4953494d4148ULL /* "HAMISIM1" read as little-endian bytes */
-#define SIM_STATE_VERSION 2
+#define SIM_STATE_VERSION 3
 #define SIM_STATE_FILE "gpus.state"
 
 #define SIM_MAX_DEVICES 16
@@ -35,6 +35,11 @@
 #define SIM_UUID_LEN 48
 #define SIM_CONFIG_LEN 1024
 #define SIM_LOCK_BYTES 64
+#define SIM_MIG_GIS 7      /* GPU instances per GPU: 7 on every MIG-capable model simulated */
+#define SIM_MIG_CIS 7      /* compute instances per GPU instance */
+#define SIM_MIG_RECORDS 24 /* device records for GPU instances, shared by the node's GPUs */
+/* Device records: the physical GPUs, then the GPU instances' (index SIM_MAX_DEVICES + slot). */
+#define SIM_MAX_RECORDS (SIM_MAX_DEVICES + SIM_MIG_RECORDS)
 
 /* One process using one device. pid 0 marks a free slot. */
 struct sim_proc {
@@ -94,6 +99,43 @@ struct sim_device {
     struct sim_busy_bins bins;
 };
 
+/* MIG (version 3). A GPU instance owns a device record of its own (`record`, an index into
+ * sim_state.mig_records): its memory, its processes and its timeline, so instances are
+ * isolated from each other and from the parent's ledger as on real hardware. A compute
+ * instance is a MIG device with its own UUID; CUDA sees the GPU instance's record through it. */
+struct sim_mig_ci {
+    uint32_t live;
+    uint32_t id;         /* unique within its GPU instance */
+    uint32_t profile_id; /* NVML_COMPUTE_INSTANCE_PROFILE_* */
+    uint32_t start;      /* placement in compute slices of the GPU instance */
+    uint32_t size;
+    uint32_t sms;
+    char uuid[SIM_UUID_LEN]; /* "MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+    uint8_t reserved[8];
+};
+
+struct sim_mig_gi {
+    uint32_t live;
+    uint32_t id;         /* unique within the GPU */
+    uint32_t profile_id; /* the profile's unique id (19 = 1g.5gb on an A100, ...) */
+    uint32_t start;      /* placement in memory slices */
+    uint32_t size;
+    int32_t record;      /* index into mig_records */
+    uint64_t memory_bytes;
+    uint32_t sms;
+    uint32_t compute_slices;
+    uint64_t reserved[2];
+    struct sim_mig_ci cis[SIM_MIG_CIS];
+};
+
+struct sim_mig_gpu {
+    uint32_t mode_current; /* NVML_DEVICE_MIG_DISABLE / ENABLE */
+    uint32_t mode_pending; /* differs from current while processes hold the GPU */
+    uint64_t serial;       /* instances ever created on this GPU: fresh UUIDs */
+    uint64_t reserved[6];
+    struct sim_mig_gi gis[SIM_MIG_GIS];
+};
+
 struct sim_header {
     uint64_t magic;
     uint32_t version;
@@ -109,6 +151,10 @@ struct sim_header {
 struct sim_state {
     struct sim_header header;
     struct sim_device devices[SIM_MAX_DEVICES];
+    struct sim_mig_gpu mig[SIM_MAX_DEVICES];
+    uint8_t mig_used[SIM_MIG_RECORDS]; /* mig_records[i] belongs to a live GPU instance */
+    uint8_t reserved_mig[64 - SIM_MIG_RECORDS];
+    struct sim_device mig_records[SIM_MIG_RECORDS];
 };
 
 /* The numbers the Python mirror asserts too. */
@@ -125,6 +171,13 @@ _Static_assert(sizeof(struct sim_device) == 99776, "sim_device size");
 _Static_assert(offsetof(struct sim_header, config) == 32, "config offset");
 _Static_assert(offsetof(struct sim_header, lock) == 1056, "lock offset");
 _Static_assert(sizeof(struct sim_header) == 2048, "sim_header size");
-_Static_assert(sizeof(struct sim_state) == 2048 + 16 * 99776, "sim_state size");
+_Static_assert(sizeof(struct sim_mig_ci) == 80, "sim_mig_ci size");
+_Static_assert(sizeof(struct sim_mig_gi) == 616, "sim_mig_gi size");
+_Static_assert(sizeof(struct sim_mig_gpu) == 4376, "sim_mig_gpu size");
+_Static_assert(offsetof(struct sim_state, mig) == 2048 + 16 * 99776, "mig offset");
+_Static_assert(offsetof(struct sim_state, mig_records) == 2048 + 16 * 99776 + 16 * 4376 + 64,
+               "mig_records offset");
+_Static_assert(sizeof(struct sim_state) == 2048 + 16 * 99776 + 16 * 4376 + 64 + 24 * 99776,
+               "sim_state size");
 
 #endif /* HAMI_SIM_STATE_H */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hami_robust_mutex.h"
+#include "mig.h"
 #include "sim.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= SIM_LOCK_BYTES, "mutex fits the lock field");
@@ -22,7 +23,7 @@ static uint64_t ctx_overhead;  /* HAMI_SIM_CTX_OVERHEAD; 0: the model's default 
 static int ctx_overhead_set;   /* HAMI_SIM_CTX_OVERHEAD given (0 included) */
 static uint64_t module_memory = 8ULL << 20; /* HAMI_SIM_MODULE_MEM */
 static int32_t pid_offset;     /* HAMI_SIM_PID_OFFSET */
-static int view[SIM_MAX_DEVICES]; /* visible index -> device record */
+static int view[SIM_MAX_DEVICES]; /* visible index -> device record (see SIM_MAX_RECORDS) */
 static int view_count;
 
 /* mkdir -p with mode 0700 for the directories it creates. */
@@ -152,19 +153,95 @@ static struct sim_state *map_state(const char *dir, const struct sim_config *cfg
     return s;
 }
 
-/* The devices this process sees (HAMI_SIM_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES). */
+/* What a visibility list may name: every GPU by its UUID, and every MIG device (compute
+ * instance) by its MIG UUID. `records`: the device record each names, `parents` its GPU. */
+#define SIM_MAX_NAMES (SIM_MAX_DEVICES + SIM_MAX_DEVICES * SIM_MIG_GIS * SIM_MIG_CIS)
+static int names_locked(char **uuids, int *records, int *parents)
+{
+    int n = 0, count = (int)state->header.device_count;
+    for (int i = 0; i < count; i++, n++) {
+        uuids[n] = state->devices[i].uuid;
+        records[n] = parents[n] = i;
+    }
+    for (int g = 0; g < count; g++)
+        for (int i = 0; i < SIM_MIG_GIS; i++) {
+            struct sim_mig_gi *gi = &state->mig[g].gis[i];
+            for (int c = 0; gi->live && c < SIM_MIG_CIS; c++)
+                if (gi->cis[c].live) {
+                    uuids[n] = gi->cis[c].uuid;
+                    records[n] = SIM_MAX_DEVICES + gi->record;
+                    parents[n++] = g;
+                }
+        }
+    return n;
+}
+
+/* Adds a record to the view unless it is there already (or the view is full). */
+static void add_view(int record)
+{
+    for (int i = 0; i < view_count; i++)
+        if (view[i] == record)
+            return;
+    if (view_count < SIM_MAX_DEVICES)
+        view[view_count++] = record;
+}
+
+/* The records a named device stands for: NVML sees a MIG device's GPU (its MIG devices are
+ * reached through it); CUDA sees a GPU in MIG mode as its instances, and a MIG device as its
+ * GPU instance's record. */
+static void map_name(int record, int parent)
+{
+    if (!sim_honours_cuda_visible) {
+        add_view(parent);
+        return;
+    }
+    if (record >= SIM_MAX_DEVICES) {
+        add_view(record);
+        return;
+    }
+    struct sim_mig_gpu *m = &state->mig[record];
+    if (m->mode_current != SIM_MIG_ENABLE) {
+        add_view(record);
+        return;
+    }
+    for (int i = 0; i < SIM_MIG_GIS; i++)
+        for (int c = 0; m->gis[i].live && c < SIM_MIG_CIS; c++)
+            if (m->gis[i].cis[c].live) {
+                add_view(SIM_MAX_DEVICES + m->gis[i].record);
+                break;
+            }
+}
+
+/* The devices this process sees (HAMI_SIM_VISIBLE_DEVICES, then CUDA_VISIBLE_DEVICES). */
 static int open_view(void)
 {
-    char *uuids[SIM_MAX_DEVICES], err[256];
-    int count = (int)state->header.device_count;
-    for (int i = 0; i < count; i++)
-        uuids[i] = state->devices[i].uuid;
+    static char *uuids[SIM_MAX_NAMES];
+    static int records[SIM_MAX_NAMES], parents[SIM_MAX_NAMES], picked[SIM_MAX_NAMES];
+    char err[256];
     const char *container = getenv("HAMI_SIM_VISIBLE_DEVICES");
-    const char *cuda = sim_honours_cuda_visible ? getenv("CUDA_VISIBLE_DEVICES") : NULL;
-    view_count = sim_visible_view(container, cuda, uuids, count, view, err, sizeof err);
-    if (view_count < 0)
+    sim_lock();
+    int n = names_locked(uuids, records, parents);
+    int m = sim_visible_view(container, NULL, uuids, n, picked, err, sizeof err);
+    view_count = 0;
+    for (int i = 0; i < m; i++)
+        map_name(records[picked[i]], parents[picked[i]]);
+    sim_unlock();
+    if (m < 0) {
         fprintf(stderr, "hami-sim: HAMI_SIM_VISIBLE_DEVICES='%s': %s\n", container, err);
-    return view_count;
+        return view_count = -1;
+    }
+    const char *cuda = sim_honours_cuda_visible ? getenv("CUDA_VISIBLE_DEVICES") : NULL;
+    if (!cuda)
+        return view_count;
+    char *names[SIM_MAX_DEVICES];
+    int inner[SIM_MAX_DEVICES], outer[SIM_MAX_DEVICES];
+    for (int i = 0; i < view_count; i++)
+        names[i] = sim_device_record(view[i])->uuid;
+    int k = sim_visible_view(NULL, cuda, names, view_count, inner, err, sizeof err);
+    for (int i = 0; i < k; i++)
+        outer[i] = view[inner[i]];
+    memcpy(view, outer, (size_t)(k > 0 ? k : 0) * sizeof *view);
+    return view_count = k < 0 ? 0 : k;
 }
 
 /* A size variable: 0 when unset; "0" means zero. -1 (reported) when malformed. */
@@ -248,11 +325,21 @@ enum sim_status sim_open(void)
 
 int sim_device_count(void) { return sim_open() == SIM_READY ? view_count : 0; }
 
+struct sim_device *sim_device_record(int record)
+{
+    if (!state || record < 0 || record >= SIM_MAX_RECORDS)
+        return NULL;
+    return record < SIM_MAX_DEVICES ? &state->devices[record]
+                                    : &state->mig_records[record - SIM_MAX_DEVICES];
+}
+
+struct sim_state *sim_state_map(void) { return sim_open() == SIM_READY ? state : NULL; }
+
 struct sim_device *sim_device(int index)
 {
     if (sim_open() != SIM_READY || index < 0 || index >= view_count)
         return NULL;
-    return &state->devices[view[index]];
+    return sim_device_record(view[index]);
 }
 
 /* What users of GPU-sharing systems report for a CUDA 12 context with lazy loading (driver

@@ -57,7 +57,7 @@ struct sim_tl_device {
 };
 
 struct sim_tl_file {
-    struct sim_tl_device devices[SIM_MAX_DEVICES];
+    struct sim_tl_device devices[SIM_MAX_RECORDS]; /* by device record: GPU instances too */
 };
 
 /* The device's timeline (mapping the file on first use); NULL when it cannot be mapped. */

@@ -18,7 +18,7 @@ static int find_device(const char *token, char *const *uuids, int count)
         long v = strtol(token, &end, 10);
         return (*end == '\0' && v >= 0 && v < count) ? (int)v : -1;
     }
-    if (strncmp(token, "GPU-", 4) != 0 || strlen(token) < 5)
+    if ((strncmp(token, "GPU-", 4) != 0 && strncmp(token, "MIG-", 4) != 0) || strlen(token) < 5)
         return -1;
     int found = -1;
     for (int i = 0; i < count; i++) {

@@ -204,11 +204,26 @@ def build_envs(per_device: Sequence, limits: Limits, priority: Optional[int]) ->
     return envs
 
 
+def mig_limits(per_device: tuple, instances: Sequence) -> tuple:
+    """The limits of a container on MIG instances: each device is its instance (MIG UUID),
+    its memory cap the scheduler's figure within the instance's memory (the shim inside an
+    instance holds gpumem and gpucores against the instance)."""
+    by_gpu = {a.gpu_uuid: a for a in instances}
+    out = []
+    for uuid, memory, cores in per_device:
+        alloc = by_gpu.get(uuid)
+        out.append((alloc.mig_uuid, min(memory, alloc.memory_mb) if alloc.memory_mb else memory,
+                    cores) if alloc else (uuid, memory, cores))
+    return tuple(out)
+
+
 def plan_container(kubelet_ids: Sequence[str], entry: Sequence, spec: Mapping, pod_uid: str,
                    table: DeviceTable, limits: Limits, layout: L.HostLayout,
-                   present: Callable[[str], bool] = lambda path: True) -> ContainerAnswer:
+                   present: Callable[[str], bool] = lambda path: True,
+                   instances: Sequence = ()) -> ContainerAnswer:
     """The whole answer for one container; AllocationError says what to fix. `present`: whether
-    a device node exists on the host (the allocator asks the file system)."""
+    a device node exists on the host (the allocator asks the file system). `instances`: the
+    container's realized MIG allocations (with `memory_mb` of each instance)."""
     name = str(spec.get("name", ""))
     warnings = check_devices(kubelet_ids, entry, table, name, limits)
     shared = layout.container_dir(pod_uid, name)
@@ -225,7 +240,7 @@ def plan_container(kubelet_ids: Sequence[str], entry: Sequence, spec: Mapping, p
         devices += [DeviceNode(f"/dev/nvidia{table.get(d.uuid).gpu.minor}",
                                f"/dev/nvidia{table.get(d.uuid).gpu.minor}") for d in entry]
         cdi = ()
-    per_device = device_limits(entry, table, limits)
+    per_device = mig_limits(device_limits(entry, table, limits), instances)
     envs = build_envs(per_device, limits, _priority(spec))
     return ContainerAnswer(container=name, envs=envs, mounts=tuple(mounts),
                            devices=tuple(devices), shared_dir=str(shared), limits=per_device,

@@ -30,6 +30,8 @@ from hami_node.plugin.allocate import (ContainerAnswer, Limits, consumed, decode
 from hami_node.plugin.cluster import CONFLICT, ClusterApi
 from hami_node.plugin.devices import DeviceTable
 from hami_node.plugin.errors import AllocationError, ClusterError
+from hami_node.plugin.mig import MigManager, pod_allocations
+from hami_common.mig import encode_allocations
 
 MAX_ATTEMPTS = 5
 # Real kubelet fails a pod for good when Allocate fails (UnexpectedAdmissionError), so a short
@@ -99,7 +101,8 @@ class Allocator:
                  observe: Optional[Callable[[str, float], None]] = None,
                  device_present: Callable[[str], bool] = os.path.exists,
                  retry_budget_s: float = RETRY_BUDGET_S,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 mig: Optional[MigManager] = None):
         self.cluster, self.table, self.node = cluster, table, node_name
         self.device_present = device_present
         self.retry_budget_s, self.sleep = retry_budget_s, sleep
@@ -107,6 +110,8 @@ class Allocator:
         self.clock, self.log = clock, log
         self.observe = observe or (lambda result, seconds: None)
         self._lock = threading.Lock()
+        self.mig = mig
+        self._realized = []     # this attempt's MIG instances (Realized), recorded at commit
 
     # Finding the pod ---------------------------------------------------------------------
 
@@ -260,9 +265,16 @@ class Allocator:
                                   f"{C.ANNO_DEVICES_TO_ALLOCATE}")
         specs = pod_containers(pod)
         uid = _meta(pod).get("uid", "")
-        return [plan_container(ids, entries[p], specs[p], uid, self.table, self.limits,
-                               self.layout, self.device_present)
-                for ids, p in zip(requests, positions)]
+        allocs = pod_allocations(pod) if self.mig is not None else []
+        self._realized, answers = [], []
+        for ids, p in zip(requests, positions):
+            mine = [a for a in allocs if a.container_index == p]
+            made = self.mig.realize(mine) if mine else []
+            self._realized += made
+            answers.append(plan_container(ids, entries[p], specs[p], uid, self.table,
+                                          self.limits, self.layout, self.device_present,
+                                          instances=made))
+        return answers
 
     def _prepare(self, pod: dict, answers: Sequence[ContainerAnswer]) -> None:
         meta = _meta(pod)
@@ -283,6 +295,11 @@ class Allocator:
         positions = next_positions(entries, len(requests))
         left = any(e for i, e in enumerate(entries) if i not in positions)
         annotations = {C.ANNO_DEVICES_TO_ALLOCATE: consumed(entries, positions)}
+        if self._realized:       # the instances made, for the reconciler and for HAMi
+            done = {(r.allocation.container_index, r.allocation.device_index): r.allocation
+                    for r in self._realized}
+            annotations[C.ANNO_MIG_ALLOCATIONS] = encode_allocations(
+                [done.get((a.container_index, a.device_index), a) for a in pod_allocations(pod)])
         if not left:
             annotations[C.ANNO_BIND_PHASE] = C.BIND_PHASE_SUCCESS
         meta = _meta(pod)
@@ -293,6 +310,8 @@ class Allocator:
             if e.status == CONFLICT:
                 raise _Conflict() from e
             raise ClusterError(f"recording the allocation failed: {e}", e.status) from e
+        if self._realized:
+            self.mig.recorded(self._realized)
         if not left:
             self.release_lock(pod, node)
 

@@ -121,6 +121,9 @@ KEYS = (
     Key("disableCoreLimit", "bool", False, "tell the shim not to limit compute "
         "(GPU_CORE_UTILIZATION_POLICY=disable)"),
     Key("excludeDevices", "list", (), "GPUs not to advertise, by UUID or index"),
+    Key("migDevices", "list", (), "GPUs served as MIG instances (by UUID or index, or all): "
+        "put in MIG mode, published with their MIG profiles, an instance made per container "
+        "at Allocate; the others are shared with the shim"),
     Key("overCapCheckSeconds", "float", 10.0, "how often the driver's per-process memory is "
         "compared with each container's cap, catching processes that bypass the shim (0: never)",
         _at_least(0, 3600)),
@@ -178,6 +181,7 @@ class NodeConfig:
     default_cores: int = 0
     disable_core_limit: bool = False
     exclude_devices: tuple = ()
+    mig_devices: tuple = ()
     numa_topology: bool = False
     cdi_kind: str = ""
     over_cap_check_seconds: float = 10.0

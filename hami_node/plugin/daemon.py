@@ -10,10 +10,11 @@ from hami_node.plugin.backend import DeviceBackend
 from hami_node.plugin.cluster import ClusterApi
 from hami_node.plugin.config import NodeConfig
 from hami_node.plugin.devices import DeviceTable, select_gpus
-from hami_node.plugin.errors import NodeAgentError
+from hami_node.plugin.errors import ClusterError, NodeAgentError
 from hami_node.plugin.health import HealthMonitor
 from hami_node.plugin.layout import HostLayout
 from hami_node.plugin.metrics import AgentMetrics, NodeCollector, UsageReader, serve
+from hami_node.plugin.mig import MigManager, mig_gpus
 from hami_node.plugin.overcap import OverCapWatch
 from hami_node.plugin.publisher import NodePublisher
 from hami_node.plugin.registration import PluginServer
@@ -31,7 +32,7 @@ class NodeAgent:
 
     def __init__(self, config: NodeConfig, *, backend: Optional[DeviceBackend] = None,
                  cluster: Optional[ClusterApi] = None, notifier: Optional[Notifier] = None,
-                 usage_reader: Optional[UsageReader] = None, dra_api=None,
+                 usage_reader: Optional[UsageReader] = None, dra_api=None, mig_backend=None,
                  log: Callable[[str], None] = print):
         self.config, self.log = config, log
         if backend is None:
@@ -41,6 +42,8 @@ class NodeAgent:
             from hami_node.plugin.cluster import connect
             cluster = connect(config.kubeconfig)
         self.backend, self.cluster = backend, cluster
+        self.mig_backend = mig_backend
+        self.mig: Optional[MigManager] = None
         self.notifier = notifier or Notifier()
         self.usage_reader = usage_reader
         self.metrics = AgentMetrics()
@@ -96,6 +99,7 @@ class NodeAgent:
             raise NodeAgentError(f"shimHostDir {c.shim_host_dir}: cannot create "
                                  f"{self.layout.containers} ({e.strerror})") from e
         self.table = table = self._table()
+        self._start_mig(table)
         self._serve_metrics(table)
         self.health = HealthMonitor(self.backend, table, c.ignored_xids,
                                     c.health_recovery_seconds, log=self.log,
@@ -122,7 +126,8 @@ class NodeAgent:
     def _start_device_plugin(self, table: DeviceTable) -> None:
         c = self.config
         self.allocator = Allocator(self.cluster, table, c.node_name, self._limits(), self.layout,
-                                   log=self.log, observe=self.metrics.observe_allocate)
+                                   log=self.log, observe=self.metrics.observe_allocate,
+                                   mig=self.mig)
         self.service = DevicePluginService(table, self.allocator, log=self.log,
                                            numa=c.numa_topology,
                                            device_specs=c.pass_device_specs)
@@ -133,10 +138,31 @@ class NodeAgent:
         self.publisher = NodePublisher(
             self.cluster, table, c.node_name, c.device_memory_scaling, c.device_core_scaling,
             c.annotation_interval, layout=self.layout,
-            housekeeping=self.allocator.release_stale_lock, log=self.log,
-            on_patch=self.metrics.annotation_patches.inc).start()
+            housekeeping=self._housekeeping, log=self.log,
+            on_patch=self.metrics.annotation_patches.inc, mig=self.mig).start()
         self._parts += [("kubelet registration", self.server),
                         ("node annotation publisher", self.publisher)]
+
+    def _start_mig(self, table: DeviceTable) -> None:
+        uuids = mig_gpus(table.gpus, self.config.mig_devices)
+        if not self.config.mig_devices:
+            return
+        if not uuids:
+            self.log(f"migDevices {list(self.config.mig_devices)} matches no GPU on this node")
+        if self.mig_backend is None:
+            from hami_node.plugin.mig_nvml import NvmlMig
+            self.mig_backend = NvmlMig()
+        self.mig = MigManager(self.mig_backend, uuids, log=self.log)
+        self.mig.prepare()
+        self.mig.reconcile(self.cluster.list_node_pods(self.config.node_name))
+
+    def _housekeeping(self) -> None:
+        self.allocator.release_stale_lock()
+        if self.mig is not None:
+            try:
+                self.mig.reconcile(self.cluster.list_node_pods(self.config.node_name))
+            except ClusterError as e:
+                self.log(f"MIG reconcile skipped: cannot list this node's pods ({e})")
 
     def _registered(self) -> None:
         self.metrics.registrations.inc()

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
+from hami_common.constants import DEVICE_MODE_HAMI_CORE, DEVICE_MODE_MIG
 from hami_common.node_register import DeviceInfo, device_type_name
 from hami_node.plugin.backend import Gpu
 
@@ -108,9 +109,18 @@ class DeviceTable:
 
 
 def register_entries(states: Iterable[GpuHealth], split: int, memory_scaling: float,
-                     core_scaling: float) -> list:
-    """The node annotation's DeviceInfo per GPU (HAMi's JSON register format)."""
-    return [DeviceInfo(id=s.gpu.uuid, index=s.gpu.index, count=split,
-                       devmem=int(s.gpu.memory_mib * memory_scaling),
-                       devcore=int(100 * core_scaling), type=device_type_name(s.gpu.name),
-                       numa=s.gpu.numa, health=s.healthy) for s in states]
+                     core_scaling: float, mig=None) -> list:
+    """The node annotation's DeviceInfo per GPU (HAMi's JSON register format). `mig`: the
+    MigManager; its GPUs register in mode "mig" with their profiles (unscaled: an instance's
+    memory is physical), as many tasks as instances fit."""
+    out = []
+    for s in states:
+        profiles = mig.profiles(s.gpu.uuid) if mig is not None and mig.is_mig(s.gpu.uuid) else ()
+        out.append(DeviceInfo(
+            id=s.gpu.uuid, index=s.gpu.index,
+            count=max((len(p.placements) for p in profiles), default=split),
+            devmem=s.gpu.memory_mib if profiles else int(s.gpu.memory_mib * memory_scaling),
+            devcore=100 if profiles else int(100 * core_scaling),
+            type=device_type_name(s.gpu.name), numa=s.gpu.numa, health=s.healthy,
+            mode=DEVICE_MODE_MIG if profiles else DEVICE_MODE_HAMI_CORE, mig_profiles=profiles))
+    return out

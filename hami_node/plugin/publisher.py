@@ -48,8 +48,9 @@ class NodePublisher:
                  layout: Optional[L.HostLayout] = None,
                  housekeeping: Optional[Callable[[], None]] = None,
                  clock: Callable[[], float] = time.time, log: Callable[[str], None] = print,
-                 on_patch: Optional[Callable[[], None]] = None):
+                 on_patch: Optional[Callable[[], None]] = None, mig=None):
         self.cluster, self.table, self.node = cluster, table, node_name
+        self.mig = mig
         self.scaling = (memory_scaling, core_scaling)
         self.interval, self.layout = interval, layout
         self.housekeeping = housekeeping or (lambda: None)
@@ -64,7 +65,8 @@ class NodePublisher:
         return node_register.encode(self._entries())
 
     def _entries(self) -> list:
-        return register_entries(self.table.states(), self.table.split, *self.scaling)
+        return register_entries(self.table.states(), self.table.split, *self.scaling,
+                                mig=self.mig)
 
     def publish(self) -> bool:
         """One read-compare-patch; True when something was patched."""

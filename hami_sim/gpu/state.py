@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 MAGIC = 0x314D4953494D4148  # "HAMISIM1"
-VERSION = 2
+VERSION = 3
 STATE_FILE = "gpus.state"
 MAX_DEVICES, MAX_PROCS, BUSY_RING, XID_RING, BUSY_BINS = 16, 64, 1024, 64, 256
+MIG_GIS, MIG_CIS, MIG_RECORDS = 7, 7, 24
 UTIL_WINDOW_NS = 1_000_000_000
 
 
@@ -66,9 +67,37 @@ class SimHeader(ctypes.Structure):
                 ("reserved", ctypes.c_uint8 * 928)]
 
 
+class SimMigCi(ctypes.Structure):
+    """A compute instance: a MIG device with its own UUID."""
+    _fields_ = [("live", ctypes.c_uint32), ("id", ctypes.c_uint32),
+                ("profile_id", ctypes.c_uint32), ("start", ctypes.c_uint32),
+                ("size", ctypes.c_uint32), ("sms", ctypes.c_uint32),
+                ("uuid", ctypes.c_char * 48), ("reserved", ctypes.c_uint8 * 8)]
+
+
+class SimMigGi(ctypes.Structure):
+    """A GPU instance; `record` indexes SimState.mig_records."""
+    _fields_ = [("live", ctypes.c_uint32), ("id", ctypes.c_uint32),
+                ("profile_id", ctypes.c_uint32), ("start", ctypes.c_uint32),
+                ("size", ctypes.c_uint32), ("record", ctypes.c_int32),
+                ("memory_bytes", ctypes.c_uint64), ("sms", ctypes.c_uint32),
+                ("compute_slices", ctypes.c_uint32), ("reserved", ctypes.c_uint64 * 2),
+                ("cis", SimMigCi * MIG_CIS)]
+
+
+class SimMigGpu(ctypes.Structure):
+    """One GPU's MIG mode and instances."""
+    _fields_ = [("mode_current", ctypes.c_uint32), ("mode_pending", ctypes.c_uint32),
+                ("serial", ctypes.c_uint64), ("reserved", ctypes.c_uint64 * 6),
+                ("gis", SimMigGi * MIG_GIS)]
+
+
 class SimState(ctypes.Structure):
     """The whole file."""
-    _fields_ = [("header", SimHeader), ("devices", SimDevice * MAX_DEVICES)]
+    _fields_ = [("header", SimHeader), ("devices", SimDevice * MAX_DEVICES),
+                ("mig", SimMigGpu * MAX_DEVICES), ("mig_used", ctypes.c_uint8 * MIG_RECORDS),
+                ("reserved_mig", ctypes.c_uint8 * (64 - MIG_RECORDS)),
+                ("mig_records", SimDevice * MIG_RECORDS)]
 
 
 # (struct, field or None for sizeof, value): the numbers sim_state.h asserts too.
@@ -78,7 +107,10 @@ LAYOUT = [
     (SimDevice, "xids", 29120), (SimDevice, "bins", 31168), (SimBusyBins, None, 68608),
     (SimDevice, None, 99776),
     (SimHeader, "config", 32), (SimHeader, "lock", 1056), (SimHeader, None, 2048),
-    (SimState, None, 2048 + 16 * 99776),
+    (SimMigCi, None, 80), (SimMigGi, None, 616), (SimMigGpu, None, 4376),
+    (SimState, "mig", 2048 + 16 * 99776),
+    (SimState, "mig_records", 2048 + 16 * 99776 + 16 * 4376 + 64),
+    (SimState, None, 2048 + 16 * 99776 + 16 * 4376 + 64 + 24 * 99776),
 ]
 
 

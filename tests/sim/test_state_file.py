@@ -12,7 +12,8 @@ from hami_sim.gpu import state
 ROOT = Path(__file__).resolve().parents[2]
 MIRRORS = {state.SimProc: "sim_proc", state.SimBusy: "sim_busy", state.SimXid: "sim_xid",
            state.SimDevice: "sim_device", state.SimHeader: "sim_header",
-           state.SimState: "sim_state"}
+           state.SimState: "sim_state", state.SimMigCi: "sim_mig_ci",
+           state.SimMigGi: "sim_mig_gi", state.SimMigGpu: "sim_mig_gpu"}
 
 
 @pytest.mark.parametrize("struct, field, value", state.LAYOUT,

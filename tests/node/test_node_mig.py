@@ -1,0 +1,104 @@
+"""MIG through hami-node on the simulated GPU: one GPU served as MIG beside a shim GPU, its
+profiles published in HAMi's register format, the scheduler's reserved instance made at
+Allocate and handed to the container as MIG-<uuid> (the shim's gpumem cap holding inside it),
+the instance destroyed once the pod is gone, an orphan left by a killed agent reclaimed, and a
+layout that cannot be made refused with the reason."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from hami_common import constants as C
+from hami_common.mig import MigAllocation, MigPlacement, decode_allocations, encode_allocations
+from hami_sim.container import start_container
+
+from nodehelpers import Scheduler, wait_for
+from test_end_to_end import MIB, PROGRAM
+
+INSTANCES = '''
+import json, sys, pynvml
+from hami_node.plugin.mig_nvml import NvmlMig
+from hami_common.mig import MigPlacement
+pynvml.nvmlInit()
+uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+mig = NvmlMig()
+if len(sys.argv) > 1:
+    mig.enable(uuid)
+    mig.create(uuid, sys.argv[1], MigPlacement(int(sys.argv[2]), int(sys.argv[3])))
+print(json.dumps([[i.profile, i.placement.start, i.mig_uuid] for i in mig.instances(uuid)]))
+'''
+
+
+def instances(node, *create) -> list:
+    """[profile, start, MIG UUID] of GPU 0's instances (after making one when asked)."""
+    out = subprocess.run([sys.executable, "-c", INSTANCES, *map(str, create)], env=node.env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def schedule_mig(sched, name, uuid, profile, placement, memory, command):
+    ctr = Scheduler.container("main", extra_limits={C.RESOURCE_MEM: str(memory)},
+                              command=command)
+    sched.create(name, [ctr])
+    sched.lock(name)
+    sched.annotate(name, [[(uuid, memory, 0)]])
+    alloc = MigAllocation(0, 0, uuid, profile, placement)
+    sched.v1.patch_namespaced_pod(name, "default", {"metadata": {"annotations": {
+        C.ANNO_MIG_ALLOCATIONS: encode_allocations([alloc])}}})
+    sched.bind(name)
+
+
+def test_a_mig_pod_gets_its_instance_and_gives_it_back(node_cluster):
+    node, kubelet, sched = node_cluster
+    proc = node.start("--mig-devices", "0")
+    uuids = node.uuids()
+    registered = wait_for(lambda: (r := sched.registered()) and r[0].mig_profiles and r,
+                          timeout=10, what="the MIG GPU's profiles in the register annotation")
+    assert [d.mode for d in registered] == ["mig", "hami-core"]       # mixed on one node
+    names = [p.name for p in registered[0].mig_profiles]
+    assert names[:5] == ["1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]
+    three = registered[0].mig_profiles[2]
+    assert three.placements == (MigPlacement(0, 4), MigPlacement(4, 4))
+
+    schedule_mig(sched, "mig-pod", uuids[0], "3g.20gb", MigPlacement(4, 4), 1000,
+                 [sys.executable, "-c", PROGRAM])
+    [alloc] = kubelet.kubelet.wait_allocated("default", "mig-pod")
+    [made] = decode_allocations(sched.pod_annotations("mig-pod")[C.ANNO_MIG_ALLOCATIONS])
+    assert made.realized and made.placement == MigPlacement(4, 4)
+    assert instances(node) == [["3g.20gb", 4, made.mig_uuid]]
+    container = start_container(alloc, node.env, stdin=-1, stdout=-1, stderr=-1, text=True)
+    try:
+        line = container.stdout.readline()
+        assert line, container.stderr.read()
+        # one device, the instance; the shim's 1000 MiB cap holds inside it
+        assert json.loads(line) == {"devices": 1, "total": 1000 * MIB, "held": 768,
+                                    "error": "CUDA_ERROR_OUT_OF_MEMORY"}
+    finally:
+        os.killpg(container.pid, signal.SIGKILL)
+        container.wait(timeout=10)
+        for stream in (container.stdin, container.stdout, container.stderr):
+            stream.close()
+    sched.delete("mig-pod")
+    wait_for(lambda: instances(node) == [], timeout=20, what="the instance destroyed")
+    proc.stop()
+
+
+def test_an_orphan_is_reclaimed_and_an_impossible_layout_refused(node_cluster):
+    node, kubelet, sched = node_cluster
+    # an instance no pod records: what a hami-node killed mid-Allocate leaves behind
+    orphan = instances(node, "1g.5gb", 6, 1)
+    assert [i[:2] for i in orphan] == [["1g.5gb", 6]]
+    node.start("--mig-devices", "0")
+    wait_for(lambda: instances(node) == [], timeout=20, what="the orphan destroyed")
+    uuid = node.uuids()[0]
+    instances(node, "4g.20gb", 0, 4)      # 0-3 taken behind the scheduler's back
+    schedule_mig(sched, "blocked", uuid, "3g.20gb", MigPlacement(0, 4), 1000,
+                 [sys.executable, "-c", "pass"])
+    events = wait_for(lambda: [e.message for e in sched.v1.list_namespaced_event("default").items
+                               if "MIG layout cannot be made" in (e.message or "")] or None,
+                      timeout=20, what="the refusal")
+    assert "cannot create a 3g.20gb instance at slices 0-3" in events[0]
+    assert "Insufficient resources" in events[0]
+    assert sched.pod_annotations("blocked")[C.ANNO_BIND_PHASE] == C.BIND_PHASE_FAILED

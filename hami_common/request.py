@@ -67,6 +67,12 @@ class DeviceFilters:
     use_uuids: frozenset = frozenset()
     nouse_uuids: frozenset = frozenset()
     numa_bind: bool = False
+    modes: frozenset = frozenset((C.DEVICE_MODE_HAMI_CORE,))   # nvidia.com/vgpu-mode
+
+    @property
+    def mig(self) -> bool:
+        """Whether the pod may get MIG instances."""
+        return C.DEVICE_MODE_MIG in self.modes
 
     def type_ok(self, device_type: str) -> bool:
         """HAMi's rule: case-insensitive substring match on the registered type."""
@@ -200,8 +206,22 @@ def _split_list(value: str, lower: bool) -> tuple:
     return tuple(s.lower() for s in items) if lower else tuple(items)
 
 
+MODES = (C.DEVICE_MODE_HAMI_CORE, C.DEVICE_MODE_MIG)
+
+
+def parse_modes(value: str) -> frozenset:
+    """`nvidia.com/vgpu-mode`: the GPU modes the pod accepts (HAMi's values, comma-separated;
+    unset: hami-core slices only). RequestError names a value hami-py does not serve."""
+    modes = frozenset(_split_list(value, True))
+    bad = sorted(modes - set(MODES))
+    if bad:
+        raise RequestError(f"annotation {C.ANNO_VGPU_MODE} is {value!r}: {', '.join(bad)} is "
+                           f"not a mode hami-py serves; use {' or '.join(MODES)}")
+    return modes or frozenset((C.DEVICE_MODE_HAMI_CORE,))
+
+
 def parse_filters(annotations: Mapping) -> DeviceFilters:
-    """The pod's type/UUID/NUMA selection annotations."""
+    """The pod's type/UUID/NUMA/mode selection annotations."""
     numa_text = str(annotations.get(C.ANNO_NUMA_BIND, "")).strip().lower()
     if numa_text not in _TRUE + _FALSE:
         raise RequestError(f"annotation {C.ANNO_NUMA_BIND} is {numa_text!r}; use \"true\" or "
@@ -211,7 +231,8 @@ def parse_filters(annotations: Mapping) -> DeviceFilters:
         nouse_types=_split_list(annotations.get(C.ANNO_NOUSE_GPUTYPE, ""), True),
         use_uuids=frozenset(_split_list(annotations.get(C.ANNO_USE_GPUUUID, ""), False)),
         nouse_uuids=frozenset(_split_list(annotations.get(C.ANNO_NOUSE_GPUUUID, ""), False)),
-        numa_bind=numa_text in _TRUE)
+        numa_bind=numa_text in _TRUE,
+        modes=parse_modes(str(annotations.get(C.ANNO_VGPU_MODE, ""))))
 
 
 def _cpu_mem(values: Mapping, where: str) -> tuple:

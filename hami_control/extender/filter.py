@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 from hami_common import constants as C
 from hami_common import pod_devices
+from hami_common.mig import encode_allocations
 from hami_common.errors import RequestError
 from hami_common.request import RequestDefaults, parse_pod
 from hami_control.cluster.api import ApiError
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 _NO_GPU_KEEP = 4096
 
 ALLOCATION_ANNOTATIONS = (C.ANNO_VGPU_NODE, C.ANNO_VGPU_TIME, C.ANNO_DEVICES_TO_ALLOCATE,
-                          C.ANNO_DEVICES_ALLOCATED, C.ANNO_BIND_PHASE, C.ANNO_BIND_TIME)
+                          C.ANNO_DEVICES_ALLOCATED, C.ANNO_MIG_ALLOCATIONS, C.ANNO_BIND_PHASE,
+                          C.ANNO_BIND_TIME)
 
 
 def unavailable(leader, synced: Callable[[], bool]) -> str:
@@ -60,11 +62,14 @@ def server_request(request, resources: bool):
 
 def allocation_annotations(decision, now_s: float) -> dict:
     """HAMi's pod annotations for a decision (bind-phase cleared until the next bind); a
-    decision without GPUs is the node alone."""
+    decision without GPUs is the node alone. MIG instances are reserved as HAMi's scheduler
+    reserves them, in `hami.io/vgpu-mig-allocations` beside the devices (the node agent
+    makes exactly those at Allocate)."""
     devices = pod_devices.encode(decision.devices) if any(decision.devices) else None
+    mig = encode_allocations(decision.mig) if decision.mig else None
     return {C.ANNO_VGPU_NODE: decision.node, C.ANNO_VGPU_TIME: str(int(now_s)),
             C.ANNO_DEVICES_TO_ALLOCATE: devices, C.ANNO_DEVICES_ALLOCATED: devices,
-            C.ANNO_BIND_PHASE: None, C.ANNO_BIND_TIME: None}
+            C.ANNO_MIG_ALLOCATIONS: mig, C.ANNO_BIND_PHASE: None, C.ANNO_BIND_TIME: None}
 
 
 class FilterHandler:

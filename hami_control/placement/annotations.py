@@ -7,6 +7,7 @@ from typing import Iterable, Mapping, Optional
 from hami_common import constants as C
 from hami_common import node_register, pod_devices
 from hami_common.errors import HamiFormatError, RequestError
+from hami_common.mig import decode_allocations
 from hami_common.quantity import cpu_millis, memory_mib
 from hami_common.request import pod_cpu_memory
 from hami_control.placement.model import PlacementError
@@ -53,7 +54,8 @@ def node_registration(node: Mapping, resource_fit: bool = False) -> Optional[Nod
 
 def pod_reservation(pod: Mapping, resource_fit: bool = False,
                     decisions: bool = True) -> Optional[Reservation]:
-    """What a pod holds, None if nothing (not placed, finished, or nothing counted).
+    """What a pod holds, None if nothing (not placed, finished, or nothing counted); its MIG
+    instances (`hami.io/vgpu-mig-allocations`, HAMi's or ours) with its GPUs.
 
     `decisions`: whether the pod's HAMi decision counts (`vgpu-node` and
     `vgpu-devices-allocated`: the pods of this scheduler); without it only a bound pod's CPU
@@ -73,6 +75,11 @@ def pod_reservation(pod: Mapping, resource_fit: bool = False,
         devices = pod_devices.decode(value) if value else ()
     except HamiFormatError as e:
         raise HamiFormatError(f"pod {key}: {C.ANNO_DEVICES_ALLOCATED}: {e}") from e
+    try:
+        mig = tuple(decode_allocations(annotations.get(C.ANNO_MIG_ALLOCATIONS, ""))) \
+            if devices else ()
+    except HamiFormatError as e:
+        raise HamiFormatError(f"pod {key}: {C.ANNO_MIG_ALLOCATIONS}: {e}") from e
     inits = spec.get("initContainers") or []
     init_positions = frozenset(i for i, c in enumerate(inits)
                                if isinstance(c, Mapping) and c.get("restartPolicy") != "Always")
@@ -84,7 +91,7 @@ def pod_reservation(pod: Mapping, resource_fit: bool = False,
             raise HamiFormatError(f"pod {key}: {e}") from e
     if not devices and not cpu and not mem:
         return None
-    return Reservation(key, node, devices, init_positions, cpu, mem)
+    return Reservation(key, node, devices, init_positions, cpu, mem, mig=mig)
 
 
 def _readable(objects, read, resource_fit: bool, problems: list):

@@ -25,6 +25,7 @@ class CapacityIndex:
         max_pct = 0.0
         for d in node.devices:
             if d.used >= d.count or not d.health or d.cordoned or not d.mode_ok:
+                # MIG GPUs fit by placement (fit.py); requests that accept them skip the index.
                 continue
             usable += 1
             max_cores = max(max_cores, d.devcore - d.usedcores)
@@ -42,6 +43,8 @@ class CapacityIndex:
                 ok &= self.cpu_free[positions] >= request.cpu_milli
             if request.memory_mib:
                 ok &= self.mem_free[positions] >= request.memory_mib
+        if request.filters.mig:
+            return ok
         for ctr in request.containers:
             if not ctr.nums or ctr.init:
                 continue          # an init container may reuse the pod's own slices

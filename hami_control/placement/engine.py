@@ -22,7 +22,8 @@ import numpy as np
 
 from hami_control.placement import reasons as R
 from hami_control.placement.fit import fit_pod, resource_reason
-from hami_control.placement.model import Decision, PlacementError, plan_devices
+from hami_control.placement.migfit import MigDemand
+from hami_control.placement.model import Decision, PlacementError, plan_devices, plan_mig
 from hami_control.placement.registry import PolicyRegistry
 
 _CACHE_ENTRIES = 512
@@ -60,6 +61,7 @@ class Engine:
         self.rng = rng or random.Random(0)
         self.registry = registry or PolicyRegistry(rng=self.rng)
         self.registry.resolve(config.node_policy, config.gpu_policy)    # fail fast on a typo
+        self.mig_demand = MigDemand()
 
     def _policies(self, view, request) -> tuple:
         node_policy, gpu_policy = self.registry.resolve(
@@ -75,6 +77,7 @@ class Engine:
         node_policy, gpu_policy = self._policies(view, request)
         if self.config.learn:
             self.registry.observe(request)
+        self.mig_demand.observe(request)
         entry = self._entry(view, request, node_policy, gpu_policy)
         mask, unknown = (None, []) if nodes is None else view.candidates(nodes)
         scores = entry.scores if mask is None else np.where(mask, entry.scores, -np.inf)
@@ -91,7 +94,7 @@ class Engine:
         if plan is None or entry.seen[chosen] != node.version:
             raise PlacementError(f"node {node.name}: no current plan behind its score")
         return Decision(node.name, plan_devices(node, request.containers, plan),
-                        float(scores[chosen]), policy=policy)
+                        float(scores[chosen]), policy=policy, mig=plan_mig(node, plan))
 
     def _choose(self, fits, scores, random_ties: bool) -> int:
         best = np.flatnonzero(scores == scores.max())
@@ -119,7 +122,7 @@ class Engine:
         fit."""
         why = resource_reason(node, request) if self.config.resource_fit else None
         if why is None:
-            plan, why = fit_pod(node, request, gpu_policy)
+            plan, why = fit_pod(node, request, gpu_policy, self.mig_demand)
             if plan is not None:
                 score = node_policy.score(node, request, plan) if node_policy else 0.0
                 return score, None, plan

@@ -8,8 +8,9 @@ Each GPU of one container is a different physical GPU; two containers may share 
 from collections import Counter
 from typing import Optional
 
+from hami_control.placement import migfit
 from hami_control.placement import reasons as R
-from hami_control.placement.model import Node, add_hold
+from hami_control.placement.model import Node, Plan, add_hold
 
 _ZERO = (0, 0, 0)
 
@@ -32,19 +33,22 @@ def _merge(regular, init, ctr, mem) -> tuple:
     return tuple(max(a, b) for a, b in zip(regular, init))
 
 
-def device_reason(dev, ctr, filters, regular=_ZERO, init=_ZERO) -> Optional[str]:
+def device_reason(dev, ctr, filters, regular=_ZERO, init=_ZERO, mig_taken=()) -> Optional[str]:
     """Why `ctr` cannot take one slice of `dev`, or None if it can. `regular`/`init` are what
-    the pod being placed already holds on the device (its other containers)."""
+    the pod being placed already holds on the device (its other containers); on a MIG GPU,
+    `mig_taken` the placements they take there."""
     if not dev.health:
         return R.CARD_NOT_HEALTH
     if dev.cordoned:
         return R.CARD_CORDONED
-    if not dev.mode_ok:
+    if dev.mode not in filters.modes:
         return R.CARD_MODE_MISMATCH
     if (filters.use_types or filters.nouse_types) and not filters.type_ok(dev.type):
         return R.CARD_TYPE_MISMATCH
     if (filters.use_uuids or filters.nouse_uuids) and not filters.uuid_ok(dev.uuid):
         return R.CARD_UUID_MISMATCH
+    if dev.is_mig:
+        return migfit.reason(dev, ctr, mig_taken)
     mem = ctr.mem_mib if ctr.mem_mib else dev.devmem * ctr.mem_percent // 100
     if regular is _ZERO and init is _ZERO:
         slots, used_mem, used_cores, own_cores = 1, mem, ctr.cores, 0
@@ -71,7 +75,7 @@ def _numa_groups(node: Node, feasible: list, need: int) -> list:
     return [groups[n] for n in sorted(groups) if len(groups[n]) >= need]
 
 
-def _choose(node, feasible, ctr, request, gpu_policy, reasons):
+def _choose(node, feasible, ctr, request, gpu_policy, reasons, demand=None):
     if request.filters.numa_bind:
         groups = _numa_groups(node, feasible, ctr.nums)
         if not groups:
@@ -87,22 +91,25 @@ def _choose(node, feasible, ctr, request, gpu_policy, reasons):
         return None
     if len(feasible) == ctr.nums:
         return tuple(feasible)
+    if all(node.devices[pos].is_mig for pos in feasible):
+        return migfit.pick(node, feasible, ctr, demand)
     return tuple(gpu_policy.pick(node, feasible, ctr, request))
 
 
-def fit_pod(node: Node, request, gpu_policy):
-    """(plan, None) where plan gives per container the device positions it takes, or
-    (None, reason text) saying why the pod does not fit on the node's GPUs."""
+def fit_pod(node: Node, request, gpu_policy, demand=None):
+    """(plan, None) where plan (a Plan) gives per container the device positions it takes and
+    the MIG instances it gets, or (None, reason text) saying why the pod does not fit on the
+    node's GPUs. `demand`: the MIG asks seen lately (migfit.MigDemand)."""
     containers = request.containers
     plan = [()] * len(containers)
     order = [i for i, c in enumerate(containers) if c.nums and not c.init] + \
             [i for i, c in enumerate(containers) if c.nums and c.init]
     if not order:
-        return tuple(plan), None
+        return Plan(plan), None
     devices = node.devices
     if any(containers[i].nums > len(devices) for i in order):
         return None, R.NODE_NO_DEVICES if devices else R.NODE_UNKNOWN
-    held_regular, held_init = {}, {}
+    held_regular, held_init, held_mig, mig_plan = {}, {}, {}, {}
     filters = request.filters
     for i in order:
         ctr = containers[i]
@@ -110,18 +117,24 @@ def fit_pod(node: Node, request, gpu_policy):
         feasible = []
         for pos, dev in enumerate(devices):
             why = device_reason(dev, ctr, filters, held_regular.get(pos, _ZERO),
-                                held_init.get(pos, _ZERO))
+                                held_init.get(pos, _ZERO), held_mig.get(pos, ()))
             if why is None:
                 feasible.append(pos)
             else:
                 reasons[why] += 1
-        chosen = _choose(node, feasible, ctr, request, gpu_policy, reasons)
+        chosen = _choose(node, feasible, ctr, request, gpu_policy, reasons, demand)
         if chosen is None:
             return None, R.format_reason(reasons, len(devices))
         plan[i] = chosen
+        for d, pos in enumerate(chosen):
+            if devices[pos].is_mig:
+                taken = held_mig.get(pos, ())
+                choice = migfit.choose(devices[pos], ctr, taken, demand)
+                mig_plan[(i, d)] = choice
+                held_mig[pos] = taken + (choice.placement,)
         if len(order) > 1:
             held = held_init if ctr.init else held_regular
             for pos in chosen:
                 held[pos] = add_hold(held.get(pos, _ZERO), ctr.init,
                                      ctr.memory_on(devices[pos].devmem), ctr.cores)
-    return tuple(plan), None
+    return Plan(plan, mig_plan), None

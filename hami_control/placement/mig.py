@@ -1,8 +1,8 @@
 """MIG placement: which profile and which placement a MIG request gets on one GPU. Pure.
 
-`smallest_fit` is HAMi's rule: the profile of least memory that covers the request and has a
-placement overlapping none in use, placements tried in HAMi's order (1g and 3g profiles from
-the highest start, the others from the lowest). `best_fit` is ours: among the profiles of that
+`smallest_fit` is HAMi's rule: the profile of least memory (then fewest compute slices) that
+covers the request and has a placement overlapping none in use, placements tried in HAMi's order
+(1g and 3g profiles from the highest start, the others from the lowest). `best_fit` is ours: among the profiles of that
 same least memory (variants such as 1g.10gb and 2g.10gb are told apart) and all their free
 placements, the one that leaves the most room for the pending mix (`Mix`: how often each
 profile is asked for), measured as the instances of each profile that still fit, weighted by
@@ -49,8 +49,26 @@ def free(profile: MigProfile, used: Iterable[MigPlacement]) -> list:
 
 
 def covering(profiles: Sequence[MigProfile], memory_mb: int) -> list:
-    """Profiles with at least `memory_mb`, least memory first (stable)."""
-    return sorted((p for p in profiles if p.memory_mb >= memory_mb), key=lambda p: p.memory_mb)
+    """Profiles with at least `memory_mb`, least memory first, then fewest compute slices (as
+    HAMi orders them: 1g.10gb before 2g.10gb)."""
+    return sorted((p for p in profiles if p.memory_mb >= memory_mb),
+                  key=lambda p: (p.memory_mb, p.slice_count))
+
+
+def memory_slices(profiles: Sequence[MigProfile]) -> int:
+    """The GPU's memory slices (8 on every table here): the end of its furthest placement."""
+    return max((pl.start + pl.size for p in profiles for pl in p.placements), default=0)
+
+
+def memory_for_percent(profiles: Sequence[MigProfile], percent: int) -> Optional[int]:
+    """The MiB a request for `percent` of a MIG GPU's memory needs: that of the least-memory
+    profile spanning at least that share of the memory slices (50 % of an A100-40GB is 4 of
+    its 8 slices: 3g.20gb). Instance sizes are not exact fractions of the GPU's memory, so a
+    percentage is read in slices; None when no profile spans enough."""
+    total = memory_slices(profiles)
+    spans = [p.memory_mb for p in profiles if p.placements and
+             max(pl.size for pl in p.placements) * 100 >= percent * total]
+    return min(spans) if spans else None
 
 
 def smallest_fit(profiles: Sequence[MigProfile], used: Iterable[MigPlacement],

@@ -2,7 +2,8 @@
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from hami_common.constants import DEVICE_MODE_HAMI_CORE
+from hami_common.constants import DEVICE_MODE_HAMI_CORE, DEVICE_MODE_MIG
+from hami_common.mig import MigAllocation
 from hami_common.node_register import DeviceInfo
 from hami_common.pod_devices import ContainerDevice
 from hami_control.placement.workload import share_with
@@ -16,7 +17,8 @@ class Device:
     """One physical GPU of a node: what it is (registered) and what is taken of it."""
 
     __slots__ = ("uuid", "index", "type", "type_lower", "numa", "count", "devmem", "devcore",
-                 "health", "cordoned", "mode_ok", "used", "usedmem", "usedcores")
+                 "health", "cordoned", "mode", "mode_ok", "profiles", "mig_used", "used",
+                 "usedmem", "usedcores")
 
     def __init__(self, info: DeviceInfo, cordoned: bool = False):
         self.uuid, self.index, self.type = info.id, info.index, info.type
@@ -25,8 +27,18 @@ class Device:
             info.devcore
         self.health, self.cordoned = info.health, cordoned
         # A GPU in MIG or MPS mode (HAMi's register `mode`) takes no hami-core slice.
+        self.mode = info.mode
         self.mode_ok = info.mode == DEVICE_MODE_HAMI_CORE
+        # A MIG GPU: the profiles it can be cut into, and the placements reserved on it (a
+        # placement once per pod holding it; instances never overlap).
+        self.profiles = info.mig_profiles if info.mode == DEVICE_MODE_MIG else ()
+        self.mig_used: dict = {}
         self.used = self.usedmem = self.usedcores = 0
+
+    @property
+    def is_mig(self) -> bool:
+        """Whether the GPU is served as MIG instances."""
+        return self.mode == DEVICE_MODE_MIG
 
     def share_free(self) -> int:
         """Free fraction of the GPU in thousandths (cores and memory, whichever is scarcer)."""
@@ -84,8 +96,8 @@ class Node:
     def _state(self, with_uuid: bool) -> tuple:
         return (self.cpu_free, self.mem_free, self.cpu_capacity is None,
                 tuple((d.type_lower, d.uuid if with_uuid else None, d.count, d.devmem,
-                       d.devcore, d.used, d.usedmem, d.usedcores, d.health, d.cordoned, d.mode_ok,
-                       d.numa)
+                       d.devcore, d.used, d.usedmem, d.usedcores, d.health, d.cordoned, d.mode,
+                       d.numa, tuple(sorted(d.mig_used)) if d.mig_used else ())
                       for d in self.devices))
 
     def items(self) -> tuple:
@@ -129,6 +141,7 @@ class Decision:
     failed: Mapping[str, str] = field(default_factory=dict)
     message: str = ""
     policy: tuple = ()
+    mig: tuple = ()             # MigAllocation per MIG instance (hami.io/vgpu-mig-allocations)
 
     @property
     def ok(self) -> bool:
@@ -149,11 +162,41 @@ def add_hold(held: tuple, init: bool, mem: int, cores: int) -> tuple:
     return (held[0] + 1, held[1] + mem, held[2] + cores)
 
 
+class Plan(tuple):
+    """Device positions per container, and `mig`: {(container, device index): MigChoice} for
+    the devices that are MIG instances."""
+
+    def __new__(cls, positions, mig=None):
+        plan = super().__new__(cls, positions)
+        plan.mig = dict(mig or {})
+        return plan
+
+
 def plan_devices(node: Node, containers, plan) -> tuple:
-    """ContainerDevice tuples for a plan (device positions per container) on a node."""
+    """ContainerDevice tuples for a plan (device positions per container) on a node. A MIG
+    instance is recorded as HAMi records it: the instance's MiB and its share of the GPU's
+    compute (what the GPU gives up); the container's own gpumem/gpucores are caps the node
+    agent applies inside the instance."""
+    mig = getattr(plan, "mig", {})
     out = []
-    for ctr, positions in zip(containers, plan):
-        out.append(tuple(ContainerDevice(uuid=node.devices[i].uuid,
-                                         usedmem=ctr.memory_on(node.devices[i].devmem),
-                                         usedcores=ctr.cores) for i in positions))
+    for c, (ctr, positions) in enumerate(zip(containers, plan)):
+        devs = []
+        for d, i in enumerate(positions):
+            choice = mig.get((c, d))
+            if choice is not None:
+                devs.append(ContainerDevice(uuid=node.devices[i].uuid,
+                                            usedmem=choice.profile.memory_mb,
+                                            usedcores=choice.profile.core))
+            else:
+                devs.append(ContainerDevice(uuid=node.devices[i].uuid,
+                                            usedmem=ctr.memory_on(node.devices[i].devmem),
+                                            usedcores=ctr.cores))
+        out.append(tuple(devs))
     return tuple(out)
+
+
+def plan_mig(node: Node, plan) -> tuple:
+    """The plan's MIG reservations (MigAllocation), in container then device order."""
+    mig = getattr(plan, "mig", {})
+    return tuple(MigAllocation(c, d, node.devices[plan[c][d]].uuid, choice.profile.name,
+                               choice.placement) for (c, d), choice in sorted(mig.items()))

@@ -121,9 +121,11 @@ def pod_amount(devices, init_positions) -> Amount:
 
 def request_floor(request, devmem: int = 0) -> Amount:
     """A lower bound of what a request will hold on GPUs of at least `devmem` MiB: exact unless
-    a container asks for a percentage of memory (MiB of `devmem`, 0 by default)."""
-    devices = tuple(tuple(_Slice(c.memory_on(devmem), c.cores) for _ in range(c.nums))
-                    for c in request.containers)
+    a container asks for a percentage of memory (MiB of `devmem`, 0 by default). A MIG
+    instance holds at least the MiB asked and its profile's cores (unknown here: 0)."""
+    mig = request.filters.mig
+    devices = tuple(tuple(_Slice(c.memory_on(devmem), 0 if mig else c.cores)
+                          for _ in range(c.nums)) for c in request.containers)
     return pod_amount(devices, {i for i, c in enumerate(request.containers) if c.init})
 
 
@@ -133,8 +135,10 @@ class _Slice(NamedTuple):
 
 
 def depends_on_gpu(request, limits: Mapping) -> bool:
-    """Whether the request's memory against a gpumem limit is known only on a chosen GPU."""
-    return KEYS[1] in limits and any(c.nums and not c.mem_mib for c in request.containers)
+    """Whether the request's memory against a gpumem limit is known only on a chosen GPU (a
+    MIG instance's is its profile's)."""
+    return KEYS[1] in limits and any(c.nums and (not c.mem_mib or request.filters.mig)
+                                     for c in request.containers)
 
 
 def refusal(namespace: str, limits: Mapping, used: Amount, asked: Amount) -> Optional[str]:

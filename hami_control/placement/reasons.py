@@ -13,6 +13,7 @@ CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
 CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
 EXCLUSIVE_CONFLICT = "ExclusiveDeviceAllocateConflict"
 CARD_COMPUTE_EXHAUSTED = "CardComputeUnitsExhausted"
+CARD_MIG_INFEASIBLE = "CardMigTopologyInfeasible"   # HAMi's: no free MIG placement fits
 NUMA_NOT_FIT = "NumaNotFit"
 ALLOCATED_INSUFFICIENT = "AllocatedCardsInsufficientRequest"
 
@@ -25,8 +26,8 @@ NODE_UNKNOWN = "NodeUnregistered"
 HINTS = {
     CARD_NOT_HEALTH: "the GPU is unhealthy",
     CARD_CORDONED: "the GPU is cordoned (hami.io/device-cordon)",
-    CARD_MODE_MISMATCH: "the GPU is in MIG or MPS mode; hami-core slices need one in hami-core "
-                        "mode",
+    CARD_MODE_MISMATCH: "the GPU's mode (hami-core, mig or mps) is not one the pod accepts "
+                        "(nvidia.com/vgpu-mode; unset means hami-core)",
     CARD_TYPE_MISMATCH: "the GPU type is excluded by nvidia.com/use-gputype or nouse-gputype",
     CARD_UUID_MISMATCH: "the GPU is excluded by nvidia.com/use-gpuuuid or nouse-gpuuuid",
     CARD_TIME_SLICING_EXHAUSTED: "the GPU already runs as many tasks as it may share",
@@ -34,6 +35,8 @@ HINTS = {
     CARD_INSUFFICIENT_CORE: "not enough free GPU cores",
     EXCLUSIVE_CONFLICT: "an exclusive (100% cores) request needs an unused GPU",
     CARD_COMPUTE_EXHAUSTED: "all cores of the GPU are taken",
+    CARD_MIG_INFEASIBLE: "no MIG profile covering the memory has a placement free of the "
+                         "instances reserved on the GPU",
     NUMA_NOT_FIT: "not enough fitting GPUs on one NUMA node (nvidia.com/numa-bind)",
     ALLOCATED_INSUFFICIENT: "some GPUs fit, but fewer than the container asks for",
     NODE_NO_DEVICES: "the node has fewer GPUs than one container asks for",

@@ -26,6 +26,7 @@ class Reservation:
     cpu_milli: int = 0
     memory_mib: int = 0
     held_for: str = ""          # slices of a gone victim kept for this preemptor (no quota)
+    mig: tuple = ()             # MigAllocation per MIG instance the pod holds
 
     def device_usage(self) -> dict:
         """uuid -> (slots, MiB, cores) the pod holds on that GPU.
@@ -53,7 +54,8 @@ class Reservation:
         return cls(pod=request.key, node=decision.node, devices=devices,
                    init_positions=frozenset(i for i, c in enumerate(request.containers)
                                             if c.init),
-                   cpu_milli=request.cpu_milli, memory_mib=request.memory_mib)
+                   cpu_milli=request.cpu_milli, memory_mib=request.memory_mib,
+                   mig=tuple(decision.mig))
 
 
 class ClusterView:
@@ -259,6 +261,14 @@ class ClusterView:
                 dev.used += sign * slots
                 dev.usedmem += sign * mem
                 dev.usedcores += sign * cores
+        for alloc in reservation.mig:
+            dev = node.device(alloc.gpu_uuid)
+            if dev is not None:
+                held = dev.mig_used.get(alloc.placement, 0) + sign
+                if held > 0:
+                    dev.mig_used[alloc.placement] = held
+                else:
+                    dev.mig_used.pop(alloc.placement, None)
         node.cpu_used += sign * reservation.cpu_milli
         node.mem_used += sign * reservation.memory_mib
         self._touch(node)

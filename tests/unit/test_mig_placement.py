@@ -10,14 +10,10 @@ from hami_common.mig import (MigAllocation, MigPlacement, MigProfile, decode_all
                              encode_allocations)
 from hami_control.placement import mig
 
+from _placement_fixtures import A100_MIG
+
 P = MigPlacement
-# The A100-40GB as the simulated NVML reports it (tests/sim/test_sim_mig.py checks that table).
-A100 = (MigProfile("1g.5gb", 4864, 14, 1, tuple(P(i, 1) for i in range(7))),
-        MigProfile("2g.10gb", 9856, 29, 2, (P(0, 2), P(2, 2), P(4, 2))),
-        MigProfile("3g.20gb", 20096, 43, 3, (P(0, 4), P(4, 4))),
-        MigProfile("4g.20gb", 20096, 57, 4, (P(0, 4),)),
-        MigProfile("7g.40gb", 40448, 100, 7, (P(0, 8),)),
-        MigProfile("1g.10gb", 9856, 14, 1, (P(0, 2), P(2, 2), P(4, 2), P(6, 2))))
+A100 = A100_MIG
 
 # What HAMi's device plugin writes (its Go encoder: omitempty, these keys).
 HAMI_REGISTER = ('[{"id":"GPU-a","index":0,"count":7,"devmem":40960,"devcore":100,'
@@ -63,7 +59,7 @@ def test_bad_mig_allocations_say_what_is_wrong(value, why):
 
 @pytest.mark.parametrize("memory, used, want", [
     (4000, (), ("1g.5gb", 6)),                    # 1g from the highest start
-    (9000, (), ("2g.10gb", 0)),                   # HAMi: the first of the 10 GB variants
+    (9000, (), ("1g.10gb", 6)),                   # HAMi: of equal memory, fewest slices
     (15000, (P(6, 1),), ("3g.20gb", 0)),          # 3g at 4 overlaps the 1g at 6
     (15000, (P(0, 1), P(6, 1)), None),            # no 20 GB placement left; 7g neither
     (50000, (), None),                            # more than the GPU
@@ -80,7 +76,7 @@ def test_best_fit_keeps_room_for_the_pending_mix():
     mix = mig.Mix({"3g.20gb": 5.0, "1g.5gb": 1.0})
     hami = mig.smallest_fit(A100, used, 9000)
     ours = mig.best_fit(A100, used, 9000, mix)
-    assert (hami.profile.name, hami.placement) == ("2g.10gb", P(0, 2))
+    assert (hami.profile.name, hami.placement) == ("1g.10gb", P(2, 2))
     assert ours.profile.memory_mb == 9856        # never more memory than smallest-fit
     assert ours.profile.slice_count == 2         # the variant with the most SMs
 

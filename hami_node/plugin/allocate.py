@@ -8,7 +8,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from hami_common import pod_devices
 from hami_common.constants import ANNO_DEVICES_TO_ALLOCATE, RESOURCE_PRIORITY
-from hami_common.errors import HamiFormatError
+from hami_common.errors import HamiFormatError, RequestError
+from hami_common.request import parse_container
 from hami_node.plugin import layout as L
 from hami_node.plugin.devices import DeviceTable, parse_virtual_id
 from hami_node.plugin.errors import AllocationError
@@ -204,16 +205,33 @@ def build_envs(per_device: Sequence, limits: Limits, priority: Optional[int]) ->
     return envs
 
 
-def mig_limits(per_device: tuple, instances: Sequence) -> tuple:
-    """The limits of a container on MIG instances: each device is its instance (MIG UUID),
-    its memory cap the scheduler's figure within the instance's memory (the shim inside an
-    instance holds gpumem and gpucores against the instance)."""
+def _own_ask(spec: Mapping) -> tuple:
+    """(MiB, SM percent) the container itself asks for (0: not given)."""
+    try:
+        ask = parse_container(spec)
+    except RequestError as e:
+        raise AllocationError(f"container {spec.get('name')!r}: {e}") from e
+    return ask.mem_mib, ask.cores
+
+
+def mig_limits(per_device: tuple, instances: Sequence, spec: Mapping = None) -> tuple:
+    """The limits of a container on MIG instances: each device is its instance (MIG UUID).
+    The scheduler records an instance as HAMi does (its MiB and its share of the GPU's
+    compute), so the caps inside it are the container's own: its gpumem within the
+    instance's memory (else the whole instance) and its gpucores as a share of the
+    instance's SMs (the shim holds both against the instance)."""
     by_gpu = {a.gpu_uuid: a for a in instances}
+    if not by_gpu:
+        return per_device
+    mem, cores = _own_ask(spec or {})
     out = []
-    for uuid, memory, cores in per_device:
+    for uuid, memory, pct in per_device:
         alloc = by_gpu.get(uuid)
-        out.append((alloc.mig_uuid, min(memory, alloc.memory_mb) if alloc.memory_mb else memory,
-                    cores) if alloc else (uuid, memory, cores))
+        if alloc is None:
+            out.append((uuid, memory, pct))
+            continue
+        size = alloc.memory_mb or memory
+        out.append((alloc.mig_uuid, min(mem, size) if mem else size, cores))
     return tuple(out)
 
 
@@ -240,7 +258,7 @@ def plan_container(kubelet_ids: Sequence[str], entry: Sequence, spec: Mapping, p
         devices += [DeviceNode(f"/dev/nvidia{table.get(d.uuid).gpu.minor}",
                                f"/dev/nvidia{table.get(d.uuid).gpu.minor}") for d in entry]
         cdi = ()
-    per_device = mig_limits(device_limits(entry, table, limits), instances)
+    per_device = mig_limits(device_limits(entry, table, limits), instances, spec)
     envs = build_envs(per_device, limits, _priority(spec))
     return ContainerAnswer(container=name, envs=envs, mounts=tuple(mounts),
                            devices=tuple(devices), shared_dir=str(shared), limits=per_device,

@@ -38,12 +38,14 @@ def instances(node, *create) -> list:
     return json.loads(out.stdout)
 
 
-def schedule_mig(sched, name, uuid, profile, placement, memory, command):
+def schedule_mig(sched, name, uuid, profile, placement, memory, command, instance=(20096, 43)):
+    """What a scheduler (HAMi's or ours) writes for a MIG pod: the instance's MiB and core
+    share in the devices annotation, the reservation beside it; the container asks `memory`."""
     ctr = Scheduler.container("main", extra_limits={C.RESOURCE_MEM: str(memory)},
                               command=command)
     sched.create(name, [ctr])
     sched.lock(name)
-    sched.annotate(name, [[(uuid, memory, 0)]])
+    sched.annotate(name, [[(uuid, *instance)]])
     alloc = MigAllocation(0, 0, uuid, profile, placement)
     sched.v1.patch_namespaced_pod(name, "default", {"metadata": {"annotations": {
         C.ANNO_MIG_ALLOCATIONS: encode_allocations([alloc])}}})

@@ -232,3 +232,20 @@ def test_with_cdi_the_gpus_are_named_as_cdi_devices(tmp_path):
     assert not message.devices          # the CDI spec brings the device nodes
     assert message.envs["NVIDIA_VISIBLE_DEVICES"] == f"{B},{A}"
     assert "/etc/ld.so.preload" in [m.container_path for m in message.mounts]
+
+
+@pytest.mark.parametrize("limits, want", [
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}, (3000, 30)),
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 9000}, (4864, 0)),     # no more than the instance
+    ({"nvidia.com/gpu": 1}, (4864, 100)),                               # the whole instance
+], ids=["caps-inside", "capped-by-instance", "bare"])
+def test_mig_caps_are_the_containers_own_within_its_instance(limits, want):
+    from hami_common.mig import MigAllocation, MigPlacement
+    from hami_node.plugin.allocate import mig_limits
+    from hami_node.plugin.mig import Realized
+    made = Realized(MigAllocation(0, 0, "GPU-a", "1g.5gb", MigPlacement(6, 1), "MIG-x", 9, 0),
+                    4864)
+    # what HAMi's scheduler and ours record for the instance: its MiB and core share
+    spec = {"name": "c", "resources": {"limits": limits}}
+    assert mig_limits((("GPU-a", 4864, 14), ("GPU-b", 1000, 20)), [made], spec) == \
+        (("MIG-x", *want), ("GPU-b", 1000, 20))

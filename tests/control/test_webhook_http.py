@@ -91,6 +91,8 @@ DENIED = [
                                             "nvidia.com/gpumem-percentage": 10}), "only one"),
     ("unknown-policy", gpu_pod("p", GPU, {"hami.io/gpu-scheduler-policy": "tetris"}),
      "use one of"),
+    ("unserved-vgpu-mode", gpu_pod("p", GPU, {"nvidia.com/vgpu-mode": "mps"}),
+     "mps is not a mode hami-py serves; use hami-core or mig"),
 ]
 
 

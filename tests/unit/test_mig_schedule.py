@@ -156,3 +156,29 @@ def _dev(mem, cores):
 
 def _alloc(placement):
     return MigAllocation(0, 0, "GPU-m", "1g.5gb", placement)
+
+
+# A node as HAMi's device plugin registers a MIG GPU (its Go encoder: these keys, this order).
+HAMI_NODE = ('[{"id":"GPU-h","index":0,"count":7,"devmem":40960,"devcore":100,'
+             '"type":"NVIDIA-NVIDIA A100-SXM4-40GB","mode":"mig","health":true,'
+             '"migProfiles":[{"name":"1g.5gb","memoryMB":4864,"core":14,"sliceCount":1,'
+             '"placements":[{"start":0,"size":1},{"start":1,"size":1},{"start":2,"size":1},'
+             '{"start":3,"size":1},{"start":4,"size":1},{"start":5,"size":1},'
+             '{"start":6,"size":1}]},{"name":"3g.20gb","memoryMB":20096,"core":43,'
+             '"sliceCount":3,"placements":[{"start":0,"size":4},{"start":4,"size":4}]}]},'
+             '{"id":"GPU-s","index":1,"count":10,"devmem":40960,"devcore":100,'
+             '"type":"NVIDIA-NVIDIA A100-SXM4-40GB","mode":"hami-core","health":true}]')
+
+
+def test_a_hami_nodes_mig_gpu_is_placed_on_by_profile_and_placement():
+    node = {"metadata": {"name": "h", "annotations": {C.ANNO_NODE_REGISTER: HAMI_NODE}}}
+    view, problems = build_view([node], [])
+    assert problems == [] and [d.mode for d in view.node("h").devices] == ["mig", "hami-core"]
+    first = _place(view, name="a", mem=15000, annotations=MIG)
+    second = _place(view, name="b", mem=15000, annotations=MIG)
+    assert {first.mig[0].placement, second.mig[0].placement} == {P(0, 4), P(4, 4)}
+    assert first.devices[0][0].uuid == "GPU-h" and first.devices[0][0].usedmem == 20096
+    assert _place(view, name="c", mem=1000, annotations=MIG).failed == \
+        {"h": "1/2 CardMigTopologyInfeasible, 1/2 CardModeMismatch"}
+    shim = _place(view, name="d", mem=1000)
+    assert shim.devices[0][0].uuid == "GPU-s"

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cu_internal.h"
+#include "mig.h"
 
 const int sim_honours_cuda_visible = 1; /* libcuda applies CUDA_VISIBLE_DEVICES */
 
@@ -97,9 +98,9 @@ SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-void sim_device_uuid_bytes(int dev, uint8_t out[16])
+static void uuid_bytes(const char *uuid, uint8_t out[16])
 {
-    const char *p = sim_device(dev)->uuid + 4; /* skip "GPU-" */
+    const char *p = uuid + 4; /* skip "GPU-" or "MIG-" */
     for (int i = 0; i < 16; p++) {
         if (*p == '-')
             continue;
@@ -110,19 +111,29 @@ void sim_device_uuid_bytes(int dev, uint8_t out[16])
     }
 }
 
-static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
+void sim_device_uuid_bytes(int dev, uint8_t out[16]) { uuid_bytes(sim_device(dev)->uuid, out); }
+
+/* The driver's two answers for a MIG device: cuDeviceGetUuid_v2 the MIG device's own UUID,
+ * the original cuDeviceGetUuid its GPU's (the same for a whole GPU). */
+static CUresult device_uuid(CUuuid *uuid, CUdevice dev, int v2)
 {
     CUresult rc = sim_check_device(dev);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
-    sim_device_uuid_bytes(dev, (uint8_t *)uuid->bytes);
+    sim_lock();
+    const struct sim_device *parent = v2 ? NULL : sim_mig_parent(sim_device(dev));
+    uuid_bytes(parent ? parent->uuid : sim_device(dev)->uuid, (uint8_t *)uuid->bytes);
+    sim_unlock();
     return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return device_uuid(uuid, dev); }
-SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) { return device_uuid(uuid, dev); }
+SIM_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) { return device_uuid(uuid, dev, 0); }
+SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    return device_uuid(uuid, dev, 1);
+}
 
 SIM_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {

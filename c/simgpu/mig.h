@@ -55,6 +55,8 @@ int sim_mig_ci_starts(uint32_t ci_profile, uint32_t slices, uint32_t *starts);
 struct sim_state *sim_state_map(void);
 struct sim_mig_gpu *sim_mig_of(const struct sim_device *d); /* NULL for a GPU instance */
 struct sim_device *sim_mig_record(int record);
+/* The GPU a GPU instance's record belongs to; NULL for a GPU (or a gone instance). */
+struct sim_device *sim_mig_parent(const struct sim_device *d);
 /* Applies a pending mode once no process holds the GPU. */
 void sim_mig_settle_locked(struct sim_device *d);
 /* Processes holding a device record (the dead reaped first). */

@@ -72,6 +72,13 @@ static struct sim_mig_gi *gi_of_record(const struct sim_device *d, int *gpu)
     return NULL;
 }
 
+struct sim_device *sim_mig_parent(const struct sim_device *d)
+{
+    int gpu = 0;
+    struct sim_state *s = sim_state_map();
+    return s && gi_of_record(d, &gpu) ? &s->devices[gpu] : NULL;
+}
+
 static uint32_t first_ci_id(const struct sim_mig_gi *gi)
 {
     for (int c = 0; c < SIM_MIG_CIS; c++)

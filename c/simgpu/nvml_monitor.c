@@ -15,12 +15,24 @@ static unsigned int percent(int64_t busy, int64_t window)
     return (unsigned int)(p > 100 ? 100 : p);
 }
 
+/* NVML's reference: "On MIG-enabled GPUs, querying device utilization rates is not currently
+ * supported" (nvidia-smi shows N/A), for the GPU and for its MIG devices alike. */
+static int mig_enabled(nvmlDevice_t h, struct sim_device *d)
+{
+    if (sim_nvml_mig_uuid(h))
+        return 1;
+    const struct sim_mig_gpu *m = sim_mig_of(d);
+    return m && m->mode_current == SIM_MIG_ENABLE;
+}
+
 SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t h, nvmlUtilization_t *u)
 {
     struct sim_device *d;
     nvmlReturn_t rc = sim_nvml_device_arg(h, &d, u);
     if (rc != NVML_SUCCESS)
         return rc;
+    if (mig_enabled(h, d))
+        return NVML_ERROR_NOT_SUPPORTED;
     int64_t now = sim_now_ns();
     sim_lock();
     int64_t busy = sim_busy_binned_ns_locked(d, now - WINDOW_NS, now, 0);
@@ -40,6 +52,8 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h,
     nvmlReturn_t rc = sim_nvml_device_arg(h, &d, count);
     if (rc != NVML_SUCCESS)
         return rc;
+    if (mig_enabled(h, d))
+        return NVML_ERROR_NOT_SUPPORTED;
     int64_t now = sim_now_ns();
     /* NVML stamps samples in Unix-epoch microseconds; callers ask for "newer than T" in it. */
     struct timespec wall;

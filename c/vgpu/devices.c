@@ -16,12 +16,15 @@ uint64_t vgpu_driver_size(uint64_t bytes)
     return bytes > UINT64_MAX - align ? bytes : (bytes + align - 1) / align * align;
 }
 
-static void format_uuid(const CUuuid *u, char *out, size_t len)
+/* NVML's name for a CUDA device: "MIG-<uuid>" for a MIG device, whose _v2 UUID (its own)
+ * differs from the original call's (its GPU's), else "GPU-<uuid>". NVML finds either by
+ * nvmlDeviceGetHandleByUUID, which the footprint and the limiter use. */
+static void format_uuid(const CUuuid *u, int mig, char *out, size_t len)
 {
     const unsigned char *b = (const unsigned char *)u->bytes;
-    snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-             b[13], b[14], b[15]);
+    snprintf(out, len, "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             mig ? "MIG" : "GPU", b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9],
+             b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
 /* Registers a device; warns once when the file already holds another limit for it. */
@@ -48,13 +51,15 @@ int vgpu_record_of_ordinal(CUdevice ordinal)
     int cached = __atomic_load_n(&record_plus_one[ordinal], __ATOMIC_ACQUIRE);
     if (cached)
         return cached - 1;
-    CUuuid u;
+    CUuuid u, gpu;
     size_t total = 0;
     char uuid[VGPU_UUID_LEN];
     if (CALL_CU(cuDeviceGetUuid_v2, &u, ordinal) != CUDA_SUCCESS ||
         CALL_CU(cuDeviceTotalMem_v2, &total, ordinal) != CUDA_SUCCESS)
         return -1;
-    format_uuid(&u, uuid, sizeof uuid);
+    int mig = CALL_CU(cuDeviceGetUuid, &gpu, ordinal) == CUDA_SUCCESS &&
+              memcmp(gpu.bytes, u.bytes, sizeof u.bytes) != 0;
+    format_uuid(&u, mig, uuid, sizeof uuid);
     int rec = register_device(uuid, total, ordinal);
     if (rec >= 0)
         __atomic_store_n(&record_plus_one[ordinal], rec + 1, __ATOMIC_RELEASE);
@@ -90,7 +95,7 @@ static int ordinal_of(unsigned int nvml_index, const char *uuid)
         if (end != t && *end == '\0') {
             if (index == nvml_index)
                 return ordinal;
-        } else if (strncmp(t, "GPU-", 4) == 0) {
+        } else if (strncmp(t, "GPU-", 4) == 0 || strncmp(t, "MIG-", 4) == 0) {
             if (strncmp(uuid, t, strlen(t)) == 0)
                 return ordinal;
         } else {

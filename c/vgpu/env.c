@@ -160,8 +160,9 @@ static int parse_uuid_entry(const char *entry, struct vgpu_config *out, char *er
     char *sm = strtok_r(NULL, ",", &save);
     uint64_t bytes = 0;
     long pct = sm ? parse_uint(sm, 1000000) : -1;
-    if (!uuid || strncmp(uuid, "GPU-", 4) != 0 || strlen(uuid) >= VGPU_UUID_LEN)
-        return refuse_uuid_entry(entry, "the first field must be a GPU UUID", err, errlen);
+    if (!uuid || (strncmp(uuid, "GPU-", 4) != 0 && strncmp(uuid, "MIG-", 4) != 0) ||
+        strlen(uuid) >= VGPU_UUID_LEN)
+        return refuse_uuid_entry(entry, "the first field must be a GPU or MIG UUID", err, errlen);
     if (!mem || vgpu_parse_size(mem, &bytes) < 0)
         return refuse_uuid_entry(entry, "the memory is not a size", err, errlen);
     if (pct < 0 || strtok_r(NULL, ",", &save))

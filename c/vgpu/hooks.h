@@ -154,7 +154,7 @@
     X(cuCtxGetCurrent) X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz) X(cuEventCreate)      \
     X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventElapsedTime)                \
     X(cuEventDestroy_v2) X(cuDeviceGetGraphMemAttribute)                                       \
-    X(cuCtxGetDevice_v2)
+    X(cuCtxGetDevice_v2) X(cuDeviceGetUuid)
 #define VGPU_NVML_USES(X)                                                                      \
     X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex) X(nvmlInit_v2) X(nvmlDeviceGetHandleByUUID)     \
     X(nvmlDeviceGetUtilizationRates) X(nvmlDeviceGetProcessUtilization)

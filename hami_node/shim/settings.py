@@ -81,10 +81,11 @@ class ShimSettings:
         if self.log_level is not None and not 0 <= self.log_level <= 4:
             raise ShimConfigError(f"{LOG_LEVEL}={self.log_level} must be 0 (errors) to 4 (debug)")
         for tag, (uuid, mem, sm) in self.uuid_limits.items():
-            if not _TAG.fullmatch(tag) or not uuid.startswith("GPU-") or mem < 0 or sm < 0:
+            if not _TAG.fullmatch(tag) or not uuid.startswith(("GPU-", "MIG-")) or mem < 0 or \
+                    sm < 0:
                 raise ShimConfigError(f"{UUID_LIMIT}{tag}: needs a tag of letters, digits and _, "
-                                      f"a GPU UUID and non-negative limits, got {uuid!r}, {mem}, "
-                                      f"{sm}")
+                                      f"a GPU or MIG UUID and non-negative limits, got {uuid!r}, "
+                                      f"{mem}, {sm}")
         if len({uuid for uuid, _, _ in self.uuid_limits.values()}) > MAX_DEVICES:
             raise ShimConfigError(f"{UUID_LIMIT}*: more than {MAX_DEVICES} GPUs")
 

@@ -4,7 +4,9 @@ the node agents (measured use, health, XIDs). One pass under the state lock copi
 the rest runs outside it, so placement never waits on the dashboard for more than the copy.
 
 The format is made for the page (static/app.js): GPUs carry the pods on them as
-[pod, MiB, cores] triples, so the page draws the split bars without joining anything."""
+[pod, MiB, cores] triples, so the page draws the split bars without joining anything; a MIG
+GPU also carries its instances ([pod, profile, first memory slice, slices, MIG UUID or ""
+until the node agent made it])."""
 import time
 from collections import Counter
 
@@ -18,7 +20,8 @@ def _copy_view(state) -> tuple:
     with state.lock:
         view: ClusterView = state.view
         nodes = [(n.name, [(d.uuid, d.index, d.type, d.count, d.devmem, d.devcore, d.used,
-                            d.usedmem, d.usedcores, d.health, d.cordoned) for d in n.devices])
+                            d.usedmem, d.usedcores, d.health, d.cordoned, d.mode)
+                           for d in n.devices])
                  for n in view.nodes]
         reservations = view.reservations()
     return nodes, reservations
@@ -34,6 +37,16 @@ def fingerprint(state, record, scraper) -> tuple:
     return nodes + (record.version, scraper.rounds)
 
 
+def _instances(reservations) -> dict:
+    """uuid -> [[pod, profile, start, size, MIG UUID], ...] of the MIG instances reserved."""
+    out = {}
+    for r in reservations:
+        for a in r.mig:
+            out.setdefault(a.gpu_uuid, []).append([r.pod, a.profile, a.placement.start,
+                                                   a.placement.size, a.mig_uuid])
+    return {uuid: sorted(rows, key=lambda row: row[2]) for uuid, rows in out.items()}
+
+
 def _holders(reservations) -> dict:
     """uuid -> [[pod, MiB, cores], ...] and pod -> its GPUs, from the reservations."""
     on_gpu, of_pod = {}, {}
@@ -46,8 +59,9 @@ def _holders(reservations) -> dict:
     return on_gpu, of_pod
 
 
-def _gpu(dev: tuple, holders: list, scraped: dict) -> dict:
-    uuid, index, gtype, count, devmem, devcore, used, usedmem, usedcores, health, cordoned = dev
+def _gpu(dev: tuple, holders: list, scraped: dict, instances: list = ()) -> dict:
+    uuid, index, gtype, count, devmem, devcore, used, usedmem, usedcores, health, cordoned, \
+        mode = dev
     measured = scraped.get(uuid) or {}
     healthy = health and measured.get("healthy", True)
     out = {"uuid": uuid, "index": index, "type": gtype, "slots": count, "mem": devmem,
@@ -55,6 +69,9 @@ def _gpu(dev: tuple, holders: list, scraped: dict) -> dict:
            "healthy": bool(healthy), "pods": holders}
     if cordoned:
         out["cordoned"] = True
+    if mode != "hami-core":
+        out["mode"] = mode
+        out["instances"] = list(instances)
     if measured.get("xids"):
         out["xids"] = sorted(set(measured["xids"]))
     if "mem" in measured:
@@ -115,6 +132,7 @@ def build(state, record, scrapes: dict, now=None) -> dict:
     nodes_raw, reservations = _copy_view(state)
     pods, refusals, _agents, events = record.copy()
     on_gpu, of_pod = _holders(reservations)
+    instances = _instances(reservations)
     scraped_gpus = {}
     errors = {}
     for node, result in scrapes.items():
@@ -123,8 +141,8 @@ def build(state, record, scrapes: dict, now=None) -> dict:
             errors[node] = result["error"]
     nodes = []
     for name, devices in nodes_raw:
-        node = {"name": name, "gpus": [_gpu(d, on_gpu.get(d[0], []), scraped_gpus)
-                                       for d in devices]}
+        node = {"name": name, "gpus": [_gpu(d, on_gpu.get(d[0], []), scraped_gpus,
+                                            instances.get(d[0], [])) for d in devices]}
         if name in errors:
             node["scrape_error"] = errors[name]
         nodes.append(node)

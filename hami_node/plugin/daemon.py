@@ -81,7 +81,7 @@ class NodeAgent:
         from hami_node.plugin.metrics import no_usage
         self.metrics.registry.register(NodeCollector(
             self.config.node_name, self.backend, table, self.layout,
-            self.usage_reader or no_usage))
+            self.usage_reader or no_usage, mig=self.mig))
         try:
             self._http, port = serve(self.metrics.registry, self.config.metrics_address)
         except OSError as e:

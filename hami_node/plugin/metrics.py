@@ -71,9 +71,10 @@ class NodeCollector:
 
     def __init__(self, node: str, backend: DeviceBackend, table: DeviceTable,
                  layout: L.HostLayout, reader: UsageReader = no_usage,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, mig=None):
         self.node, self.backend, self.table = node, backend, table
         self.layout, self.reader, self.clock = layout, reader, clock
+        self.mig = mig          # MigManager when some GPUs are served as MIG
 
     def describe(self):
         """Nothing is described up front, so registering never touches NVML."""
@@ -88,6 +89,30 @@ class NodeCollector:
         for s in self.table.states():
             healthy.add_metric([self.node, str(s.gpu.index), s.gpu.uuid], 1 if s.healthy else 0)
         yield healthy
+        if self.mig is not None:
+            yield from self._mig()
+
+    def _mig(self):
+        """Per MIG GPU, its instances (count by profile) and each instance's identity and
+        placement, as the node's NVML reports them."""
+        count = GaugeMetricFamily("hami_node_gpu_mig_instances", "MIG instances on the GPU, by "
+                                  "profile", labels=HOST_LABELS[:3] + ["profile"])
+        info = GaugeMetricFamily("hami_node_gpu_mig_instance_info", "One MIG instance: its "
+                                 "profile, placement and MIG UUID",
+                                 labels=HOST_LABELS[:3] + ["profile", "placement_start",
+                                                           "placement_size", "mig_uuid"])
+        index = {s.gpu.uuid: str(s.gpu.index) for s in self.table.states()}
+        for uuid, instances in self.mig.instances().items():
+            by_profile = {}
+            for inst in instances:
+                by_profile[inst.profile] = by_profile.get(inst.profile, 0) + 1
+                info.add_metric([self.node, index.get(uuid, ""), uuid, inst.profile,
+                                 str(inst.placement.start), str(inst.placement.size),
+                                 inst.mig_uuid], 1)
+            for profile, n in sorted(by_profile.items()):
+                count.add_metric([self.node, index.get(uuid, ""), uuid, profile], n)
+        yield count
+        yield info
 
     def _host(self):
         memory = GaugeMetricFamily("HostGPUMemoryUsage", "GPU device memory usage",

@@ -92,6 +92,17 @@ class MigManager:
         """Whether the GPU is served as MIG."""
         return uuid in self.uuids
 
+    def instances(self) -> dict:
+        """GPU UUID -> its MIG instances, for the MIG GPUs in MIG mode (a GPU that cannot say
+        is left out and logged)."""
+        out = {}
+        for uuid in sorted(self._profiles):
+            try:
+                out[uuid] = list(self.backend.instances(uuid))
+            except BackendError as e:
+                self.log(f"GPU {uuid}: cannot list MIG instances ({e})")
+        return out
+
     def realize(self, allocations: Sequence[MigAllocation]) -> list:
         """Realized per reservation: makes each reserved instance (or finds the one an earlier
         attempt made); all or none: AllocationError says why and destroys what it made."""

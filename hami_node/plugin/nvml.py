@@ -162,11 +162,14 @@ class NvmlBackend:
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(i)
                 mem = nvml.nvmlDeviceGetMemoryInfo(handle)
-                util = nvml.nvmlDeviceGetUtilizationRates(handle)
+                try:
+                    util = int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+                except nvml.NVMLError_NotSupported:
+                    util = 0      # NVML has no utilization for a GPU in MIG mode
                 out.append(GpuUsage(uuid=_text(nvml.nvmlDeviceGetUUID(handle)), index=i,
                                     name=_text(nvml.nvmlDeviceGetName(handle)),
                                     memory_used=int(mem.used), memory_total=int(mem.total),
-                                    utilization=int(util.gpu)))
+                                    utilization=util))
             except nvml.NVMLError:
                 continue  # an unanswering GPU has no figures; its health says why
         return out

@@ -13,7 +13,7 @@ from hami_common import constants as C
 from hami_common.mig import MigAllocation, MigPlacement, decode_allocations, encode_allocations
 from hami_sim.container import start_container
 
-from nodehelpers import Scheduler, wait_for
+from nodehelpers import Scheduler, samples, wait_for
 from test_end_to_end import MIB, PROGRAM
 
 INSTANCES = '''
@@ -70,6 +70,13 @@ def test_a_mig_pod_gets_its_instance_and_gives_it_back(node_cluster):
     [made] = decode_allocations(sched.pod_annotations("mig-pod")[C.ANNO_MIG_ALLOCATIONS])
     assert made.realized and made.placement == MigPlacement(4, 4)
     assert instances(node) == [["3g.20gb", 4, made.mig_uuid]]
+    scrape = proc.metrics()
+    assert [v for _, v in samples(scrape, "hami_node_gpu_mig_instances")] == [1.0]
+    [(labels, _)] = samples(scrape, "hami_node_gpu_mig_instance_info")
+    assert (labels["profile"], labels["placement_start"], labels["mig_uuid"]) == \
+        ("3g.20gb", "4", made.mig_uuid)
+    # the MIG GPU's memory is still reported (NVML has no utilization for it)
+    assert len(samples(scrape, "HostGPUMemoryUsage")) == 2
     container = start_container(alloc, node.env, stdin=-1, stdout=-1, stderr=-1, text=True)
     try:
         line = container.stdout.readline()

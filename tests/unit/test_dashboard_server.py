@@ -196,3 +196,22 @@ def test_snapshot_shows_holds_their_victims_and_why():
     assert hold["preemptor"] == "team/urgent" and hold["waiting_for"] == hold["victims"]
     assert hold["why"].startswith("evicting team/") and snap["preemption"]["recent"]
     assert snapshot.fingerprint(state, Record(), type("S", (), {"rounds": 0})()) != before
+
+
+def test_snapshot_shows_a_mig_gpus_instances():
+    from hami_common.mig import MigAllocation, MigPlacement
+    from _placement_fixtures import mig_gpu
+    state = make_state()
+    with state.lock:
+        state.view.upsert_node("n1", [mig_gpu("GPU-m")])
+        for pod, start, mig in (("team/a", 6, "MIG-a"), ("team/b", 0, "")):
+            state.view.reserve(Reservation(pod, "n1", ((ContainerDevice("GPU-m", 4864, 14),),),
+                                           mig=(MigAllocation(0, 0, "GPU-m", "1g.5gb",
+                                                              MigPlacement(start, 1),
+                                                              mig, 3 if mig else None,
+                                                              0 if mig else None),)))
+    gpu = snapshot.build(state, Record(), {})["nodes"][0]["gpus"][0]
+    assert gpu["mode"] == "mig" and gpu["usedmem"] == 2 * 4864
+    assert gpu["instances"] == [["team/b", "1g.5gb", 0, 1, ""], ["team/a", "1g.5gb", 6, 1,
+                                                                  "MIG-a"]]
+    assert "instances" not in snapshot.build(_state(1024), Record(), {})["nodes"][0]["gpus"][0]

@@ -62,8 +62,15 @@ function gpuRow(node, g) {
   const bad = g.healthy ? "" : " unhealthy";
   const xid = g.xids ? `<span class="xid">XID ${g.xids.join(",")}</span>` : "";
   const state = g.healthy ? "Healthy" : "Unhealthy";
-  const m = g.measured ? `in use ${mib(Math.round(g.measured.mem / 1048576))}, ` +
+  let m = g.measured ? `in use ${mib(Math.round(g.measured.mem / 1048576))}, ` +
     `util ${Math.round(g.measured.util)}%` : "";
+  if (g.mode === "mig") {
+    // MIG instances: profile @ first memory slice; pending until the node agent made it
+    const inst = (g.instances || []).map(i =>
+      `${esc(i[1])}@${i[2]}${i[4] ? "" : " (pending)"}`).join(", ");
+    m = `MIG ${g.instances ? g.instances.length : 0}/${g.slots}: ${inst || "no instances"}` +
+      (m ? ` · ${m}` : "");
+  }
   return `<div class="row gpu${bad}" data-node="${esc(node.name)}" data-uuid="${esc(g.uuid)}" ` +
     `data-health="${state}"><span class="name" title="${esc(g.uuid)}"><span class="dot"></span>` +
     `GPU ${g.index} ${esc(g.type)} <small>${esc(g.uuid.slice(0, 12))}…</small>${xid}</span>` +

@@ -40,6 +40,14 @@ class Device:
         """Whether the GPU is served as MIG instances."""
         return self.mode == DEVICE_MODE_MIG
 
+    def hold_mig(self, placement, sign: int) -> None:
+        """Counts a reservation of a placement (+1) or its release (-1)."""
+        held = self.mig_used.get(placement, 0) + sign
+        if held > 0:
+            self.mig_used[placement] = held
+        else:
+            self.mig_used.pop(placement, None)
+
     def share_free(self) -> int:
         """Free fraction of the GPU in thousandths (cores and memory, whichever is scarcer)."""
         return share_with(self)

@@ -87,6 +87,7 @@ def scratch_node(node: Node) -> Node:
         copy = Device.__new__(Device)
         for slot in Device.__slots__:
             setattr(copy, slot, getattr(dev, slot))
+        copy.mig_used = dict(dev.mig_used)
         devices.append(copy)
     clone = Node(node.name, devices, node.cpu_capacity, node.mem_capacity)
     clone.cpu_used, clone.mem_used = node.cpu_used, node.mem_used
@@ -102,6 +103,10 @@ def remove(node: Node, reservations, sign: int = -1) -> None:
                 dev.used += sign * slots
                 dev.usedmem += sign * mem
                 dev.usedcores += sign * cores
+        for alloc in r.mig:            # a victim's MIG instance frees its placement
+            dev = node.device(alloc.gpu_uuid)
+            if dev is not None:
+                dev.hold_mig(alloc.placement, sign)
         node.cpu_used += sign * r.cpu_milli
         node.mem_used += sign * r.memory_mib
 
@@ -187,6 +192,7 @@ def usable_positions(node: Node, request) -> list:
     empty = scratch_node(node)
     for dev in empty.devices:
         dev.used = dev.usedmem = dev.usedcores = 0
+        dev.mig_used = {}
     ctrs = [c for c in request.containers if c.nums]
     return [pos for pos, dev in enumerate(empty.devices)
             if any(device_reason(dev, c, request.filters) is None for c in ctrs)]

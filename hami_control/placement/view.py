@@ -264,11 +264,7 @@ class ClusterView:
         for alloc in reservation.mig:
             dev = node.device(alloc.gpu_uuid)
             if dev is not None:
-                held = dev.mig_used.get(alloc.placement, 0) + sign
-                if held > 0:
-                    dev.mig_used[alloc.placement] = held
-                else:
-                    dev.mig_used.pop(alloc.placement, None)
+                dev.hold_mig(alloc.placement, sign)
         node.cpu_used += sign * reservation.cpu_milli
         node.mem_used += sign * reservation.memory_mib
         self._touch(node)

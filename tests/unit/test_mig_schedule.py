@@ -182,3 +182,17 @@ def test_a_hami_nodes_mig_gpu_is_placed_on_by_profile_and_placement():
         {"h": "1/2 CardMigTopologyInfeasible, 1/2 CardModeMismatch"}
     shim = _place(view, name="d", mem=1000)
     assert shim.devices[0][0].uuid == "GPU-s"
+
+
+def test_preemption_frees_the_placement_a_mig_request_needs():
+    from hami_control.placement.preempt import Candidate, choose
+    view = view_of({"n": [mig_gpu("GPU-m")]})
+    cands = []
+    for key, start, size, prio in (("t/low", 0, 4, 0), ("t/high", 4, 4, 2000)):
+        r = Reservation(key, "n", ((_dev(20096, 43),),),
+                        mig=(MigAllocation(0, 0, "GPU-m", "3g.20gb", P(start, size)),))
+        view.reserve(r)
+        cands.append(Candidate(key, prio, r, {}))
+    plan = choose(view.node("n"), request(mem=15000, annotations=MIG), cands)
+    assert plan.ok and [c.key for c in plan.victims] == ["t/low"]
+    assert list(view.node("n").devices[0].mig_used) == [P(0, 4), P(4, 4)]   # view untouched

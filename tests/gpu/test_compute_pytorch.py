@@ -100,11 +100,15 @@ def measure(envs, names):
 
 
 def test_matmul_and_graph_replay_run_at_30_percent_of_unlimited(container):
-    (free,) = measure([container("free")], ["matmul", "graph"])
+    # unlimited before and after the limited run, averaged: a host whose load drifts over
+    # the minute (a busy CI machine) moves both halves of the ratio alike
+    (before,) = measure([container("free")], ["matmul", "graph"])
     (limited,) = measure([container("limited", 30)], ["matmul", "graph"])
+    (after,) = measure([container("free-after")], ["matmul", "graph"])
+    free = {name: (before[name] + after[name]) / 2 for name in before}
     for name in ("matmul", "graph"):
         ratio = limited[name] / free[name]
-        assert 0.28 <= ratio <= 0.32, (name, limited[name], free[name])
+        assert 0.28 <= ratio <= 0.32, (name, limited[name], before[name], after[name])
 
 
 def test_ten_and_ninety_percent_split_the_work_one_to_nine(container):

@@ -176,7 +176,7 @@ def test_ten_ninety_split_charged_against_isolated_time(container, tmp_path, rec
     record_property("split_share_low_pct", round(100 * low["share"], 2))
     record_property("split_share_high_pct", round(100 * high["share"], 2))
     record_property("split_charged_pct", [round(c, 2) for c in charged])
-    assert 8 <= 100 * low["share"] <= 11, (low, high)  # the light one runs, within its 10 %
+    assert 8 <= 100 * low["share"] <= 12, (low, high)  # the light one runs, its 10 % +- 2
     assert abs(charged[0] - 100 * low["share"]) <= 0.1 * 100 * low["share"] + 1, (low, charged)
     # the saturating one too (charged ~70 % of the ~88 % it ran before anchor.c)
     assert abs(charged[1] - 100 * high["share"]) <= 0.1 * 100 * high["share"] + 1, (high, charged)

@@ -111,6 +111,7 @@ def test_values_do_what_they_say(helm):
         ("nvidia.com/gpu", "4")
     assert (env["HAMI_NODE_EVICT_OVER_SHARE"], env["HAMI_NODE_OVER_SHARE_TOLERANCE"]) == \
         ("true", "15")
+    assert node["hostPID"] is True
     rules = by(docs, "ClusterRole", "hami-node")["rules"]
     assert any("pods/eviction" in r["resources"] for r in rules)
     assert not any(p.startswith("system-") for p in

@@ -4,7 +4,8 @@ GPU's time exceeds their `gpucores`.
 The limiter lives in the shim, so a process that reaches the driver without it (no preload, a
 rewritten accounting file) runs unthrottled. This check, the compute side of overcap.py, trusts
 nothing in the container: every second (`SAMPLE_S`) it reads the driver's per-process SM
-utilization (NVML, by host PID), maps each process to its pod and container by its cgroup, and
+utilization (NVML, by host PID; each process's mean over the driver's samples since the last
+read), maps each process to its pod and container by its cgroup, and
 sums per container and GPU. At each check (every `overCapCheckSeconds`) the mean of the
 container's sums over the samples since the previous check (the window; a sample without the
 container's processes counts 0) is compared with its gpucores: a container over it by more than
@@ -117,11 +118,13 @@ class OverShareWatch(Worker):
                  evict: bool = False, sample_s: float = SAMPLE_S,
                  owner: Callable[[int], Optional[tuple]] = read_cgroup_owner,
                  on_round: Callable[[list], None] = lambda offenders: None,
-                 log: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic):
+                 log: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time):
         self.backend, self.cluster, self.node = backend, cluster, node
         self.interval_s, self.tolerance, self.default_cores = interval_s, tolerance, default_cores
         self.evict, self.sample_s, self.owner = evict, min(sample_s, interval_s), owner
-        self.on_round, self.log, self.clock = on_round, log, clock
+        self.on_round, self.log, self.clock, self.wall = on_round, log, clock, wall
+        self._last_us = 0
         self._samples: deque = deque()
         self._reported: set = set()
         super().__init__("over-share")
@@ -138,9 +141,13 @@ class OverShareWatch(Worker):
                 self.log(f"over-share check skipped: {e}")
 
     def sample(self) -> None:
-        """Takes one sample of every GPU's per-process utilization."""
-        self._samples.append({gpu.uuid: self.backend.process_utilization(gpu.uuid)
+        """Takes one sample of every GPU's per-process utilization: each process's mean over
+        the driver's samples since the previous one (the first: the last second)."""
+        now_us = int(self.wall() * 1e6)
+        since_us = self._last_us or now_us - int(self.sample_s * 1e6)
+        self._samples.append({gpu.uuid: self.backend.process_utilization(gpu.uuid, since_us)
                               for gpu in self.backend.discover()})
+        self._last_us = now_us
 
     def check(self) -> list:
         """One round over the samples taken since the last: the offenders found."""

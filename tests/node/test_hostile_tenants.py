@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hami_node.shim import layout
-from tenants import CAP_MIB, PERIOD_S, Tenant
+from tenants import CAP_MIB, PERIOD_S, Tenant, read_json
 
 OOM = 2                       # CUDA_ERROR_OUT_OF_MEMORY
 # Memory: over at the first check after the allocation (one period). Compute: the mean of a
@@ -42,8 +42,7 @@ def quiet(hostile, pod: str) -> None:
 
 @pytest.fixture
 def tenant(hostile, request):
-    made = Tenant(hostile, request.node.name.split("[")[0].replace("_", "-")[5:40].strip("-")
-                  + "-" + str(len(request.node.name) % 97))
+    made = Tenant(hostile, request.node.name[len("test_"):].replace("_", "-")[:40].strip("-"))
     yield made
     made.stop()
 
@@ -75,7 +74,6 @@ def test_ld_so_preload_emptied_by_root_in_its_mount_namespace_is_caught(hostile,
     started = time.monotonic()
     proc = tenant.start(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
                         env=without(tenant.env, "LD_PRELOAD"))
-    from tenants import read_json
     assert read_json(proc) == {"preloaded": True}       # the container's processes get the shim
     out = read_json(proc)
     assert out["held_mib"] == 512

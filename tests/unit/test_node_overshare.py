@@ -88,12 +88,13 @@ def test_share_caps_leave_out_what_the_shim_does_not_limit(cores, expected):
 
 class Backend:
     def __init__(self, share):
-        self.share = share
+        self.share, self.since = share, []
 
     def discover(self):
         return [SimpleNamespace(uuid=GPU)]
 
-    def process_utilization(self, uuid):
+    def process_utilization(self, uuid, since_us=0):
+        self.since.append(since_us)
         return {101: self.share}
 
 
@@ -136,7 +137,12 @@ def test_an_offender_is_reported_once_while_it_stays_over(evict):
 
 def test_a_check_covers_only_the_samples_since_the_last():
     backend = Backend(100)
-    watch = OverShareWatch(backend, Cluster(), "n1", 60, owner=OWNERS.get, log=lambda m: None)
+    now = iter([1000.0, 1001.0])
+    watch = OverShareWatch(backend, Cluster(), "n1", 60, owner=OWNERS.get, log=lambda m: None,
+                           wall=lambda: next(now))
     watch.sample()
     assert watch.check()[0].samples == 1
     assert watch.check() == []               # no samples: nothing to say
+    watch.sample()
+    # Each read asks the driver for its samples since the previous read (the first: a second).
+    assert backend.since == [999_000_000, 1000_000_000]

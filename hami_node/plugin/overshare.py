@@ -165,8 +165,9 @@ class OverShareWatch(Worker):
         return offenders
 
     def _report(self, o: OverShare) -> None:
+        pids = ", ".join(map(str, o.pids))
         message = (f"container {o.container!r} used {o.share:.1f} % of GPU {o.gpu}'s time by the "
-                   f"driver's count over {o.samples * self.sample_s:g} s (processes {', '.join(map(str, o.pids))}), "
+                   f"driver's count over {o.samples * self.sample_s:g} s (processes {pids}), "
                    f"over its share of {o.cap} % (+{self.tolerance:g} tolerated): a process "
                    f"reaches the driver without the shim (static linking, ld.so.preload removed, "
                    f"or its accounting file rewritten)")

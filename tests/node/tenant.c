@@ -1,6 +1,7 @@
 /* A GPU tenant for the hostile-tenant tests: reaches the driver the way MODE says, allocates
  * MIB of device memory in 64 MiB steps (stopping at the first refusal), prints one JSON line,
- * spins the GPU for SECONDS with 4 ms kernels (three in flight), then waits until killed.
+ * spins the GPU for SECONDS with 4 ms kernels (eight in flight, so that a loaded host's late
+ * wake-ups leave the GPU no gaps), then waits until killed.
  *
  *   tenant MODE MIB SECONDS [FD-PATH]
  *   MODE  plain      dlopen("libcuda.so.1") + dlsym: what the preloaded shim substitutes
@@ -41,6 +42,7 @@ static void *sym(const char *name)
 
 #define CALL(type, name, ...) (((type)sym(name))(__VA_ARGS__))
 #define MIB (1ULL << 20)
+#define IN_FLIGHT 8
 
 static int vmm(const char *mode, unsigned long long bytes, const char *path, int dev)
 {
@@ -122,7 +124,7 @@ int main(int argc, char **argv)
         printf("{\"held_mib\": %llu, \"error\": %d, \"pid\": %d}\n", held, rc, (int)getpid());
     }
     fflush(stdout);
-    void *mod = NULL, *fn = NULL, *stream = NULL, *events[3] = {0};
+    void *mod = NULL, *fn = NULL, *stream = NULL, *events[IN_FLIGHT] = {0};
     if (seconds > 0) {
         rc = CALL(CUresult (*)(void **, const void *), "cuModuleLoadData", &mod, "spin");
         rc = rc ? rc : CALL(CUresult (*)(void **, void *, const char *), "cuModuleGetFunction",
@@ -141,7 +143,7 @@ int main(int argc, char **argv)
         clock_gettime(CLOCK_MONOTONIC, &t);
         if ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 >= seconds)
             break;
-        void **slot = &events[k % 3];
+        void **slot = &events[k % IN_FLIGHT];
         if (*slot) {
             CALL(CUresult (*)(void *), "cuEventSynchronize", *slot);
             CALL(CUresult (*)(void *), "cuEventDestroy_v2", *slot);

@@ -104,6 +104,16 @@ def test_many_processes_share_one_cap_and_one_share(hostile, tenant):
     quiet(hostile, tenant.name)
 
 
+def test_many_processes_without_the_shim_are_summed_and_caught(hostile, tenant):
+    started = time.monotonic()
+    outs = [tenant.run_tenant("plain", 128, 60, prefix=("env", "-u", "LD_PRELOAD"))[1]
+            for _ in range(3)]
+    assert [o["held_mib"] for o in outs] == [128] * 3   # each under the cap, 384 MiB together
+    caught(hostile, tenant.name, started)
+    (event,) = hostile.events(tenant.name, MEMORY)
+    assert all(str(o["pid"]) in event.message for o in outs)
+
+
 def rewrite_limits(path) -> None:
     """What a tenant can do to the accounting file mounted writable in its container: no
     memory limit, no compute limit, on every device record."""

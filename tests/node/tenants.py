@@ -64,7 +64,8 @@ class Tenant:
         return proc, read_json(proc)
 
     def stop(self) -> None:
-        """Kills its processes, removes its cgroup."""
+        """Kills its processes, removes its cgroup, deletes the pod (kubelet frees its device
+        for the next test's pod)."""
         for proc in self.procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -74,6 +75,7 @@ class Tenant:
         for path in (self.cgroup, self.cgroup.parent):
             with contextlib.suppress(OSError):
                 path.rmdir()
+        self.hostile.sched.delete(self.name)
 
 
 def read_json(proc: subprocess.Popen) -> dict:

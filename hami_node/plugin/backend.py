@@ -70,8 +70,9 @@ class DeviceBackend(Protocol):
     def usage(self) -> list:
         """GpuUsage per GPU (skipping GPUs that do not answer)."""
 
-    def process_utilization(self, uuid: str) -> dict:
-        """pid -> SM utilization percent over the last sample period, for one GPU."""
+    def process_utilization(self, uuid: str, since_us: int = 0) -> dict:
+        """pid -> SM utilization percent over the last sample period, for one GPU; with since_us
+        (Unix-epoch microseconds) the mean of each pid's samples since then."""
 
     def process_memory(self, uuid: str) -> dict:
         """Host pid -> device memory in bytes as the driver counts it, for one GPU."""

@@ -124,10 +124,16 @@ KEYS = (
     Key("migDevices", "list", (), "GPUs served as MIG instances (by UUID or index, or all): "
         "put in MIG mode, published with their MIG profiles, an instance made per container "
         "at Allocate; the others are shared with the shim"),
-    Key("overCapCheckSeconds", "float", 10.0, "how often the driver's per-process memory is "
-        "compared with each container's cap, catching processes that bypass the shim (0: never)",
+    Key("overCapCheckSeconds", "float", 10.0, "how often the driver's per-process memory and "
+        "compute share are compared with each container's caps, catching processes that bypass "
+        "the shim (0: never)",
         _at_least(0, 3600)),
     Key("evictOverCap", "bool", False, "evict a pod whose container exceeds its GPU memory cap "
+        "by the driver's count (off: a Warning Event, a metric and a log line only)"),
+    Key("overShareTolerance", "float", 10.0, "percentage points a container's share of a GPU's "
+        "time, by the driver's count over each overCapCheckSeconds, may exceed its gpucores "
+        "before it is reported (processes that bypass the shim's limiter)", _at_least(0, 100)),
+    Key("evictOverShare", "bool", False, "evict a pod whose container exceeds its compute share "
         "by the driver's count (off: a Warning Event, a metric and a log line only)"),
     Key("cdiKind", "str", "", "CDI kind of the node's NVIDIA CDI spec (e.g. nvidia.com/gpu, as "
         "nvidia-ctk cdi generate names it): Allocate then names each GPU as a CDI device "
@@ -186,6 +192,8 @@ class NodeConfig:
     cdi_kind: str = ""
     over_cap_check_seconds: float = 10.0
     evict_over_cap: bool = False
+    over_share_tolerance: float = 10.0
+    evict_over_share: bool = False
     pass_device_specs: bool = True
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     kubelet_plugin: str = "devicePlugin"

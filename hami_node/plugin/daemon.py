@@ -16,6 +16,7 @@ from hami_node.plugin.layout import HostLayout
 from hami_node.plugin.metrics import AgentMetrics, NodeCollector, UsageReader, serve
 from hami_node.plugin.mig import MigManager, mig_gpus
 from hami_node.plugin.overcap import OverCapWatch
+from hami_node.plugin.overshare import OverShareWatch
 from hami_node.plugin.publisher import NodePublisher
 from hami_node.plugin.registration import PluginServer
 from hami_node.plugin.sdnotify import Notifier
@@ -116,6 +117,13 @@ class NodeAgent:
             self._parts.append(("over-cap check", OverCapWatch(
                 self.backend, self.cluster, c.node_name, c.over_cap_check_seconds,
                 evict=c.evict_over_cap, on_round=self.metrics.observe_over_cap,
+                log=self.log).start()))
+        if c.over_cap_check_seconds and not c.disable_core_limit:
+            # With the limiter disabled no container is held to its gpucores: nothing to check.
+            self._parts.append(("over-share check", OverShareWatch(
+                self.backend, self.cluster, c.node_name, c.over_cap_check_seconds,
+                tolerance=c.over_share_tolerance, default_cores=c.default_cores,
+                evict=c.evict_over_share, on_round=self.metrics.observe_over_share,
                 log=self.log).start()))
         self.metrics.up.set(1)
         self.notifier.ready(f"serving {len(table.gpus)} GPU(s) as a DRA driver"

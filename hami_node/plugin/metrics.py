@@ -211,12 +211,23 @@ class AgentMetrics:
                               "GPU memory a container uses over its cap, by the driver's count "
                               "(processes that bypass the shim)",
                               ["podnamespace", "podname", "ctrname", "deviceuuid"], registry=r)
+        self.over_share = Gauge("hami_container_compute_over_share_percent",
+                                "Percentage points of a GPU's time a container used over its "
+                                "gpucores, by the driver's count over the last check's window "
+                                "(processes that bypass the shim's limiter)",
+                                ["podnamespace", "podname", "ctrname", "deviceuuid"], registry=r)
 
     def observe_over_cap(self, offenders) -> None:
         """The containers over their caps in the latest check (others are cleared)."""
         self.over_cap.clear()
         for o in offenders:
             self.over_cap.labels(o.namespace, o.pod, o.container, o.gpu).set(o.used - o.cap)
+
+    def observe_over_share(self, offenders) -> None:
+        """The containers over their compute shares in the latest check (others are cleared)."""
+        self.over_share.clear()
+        for o in offenders:
+            self.over_share.labels(o.namespace, o.pod, o.container, o.gpu).set(o.share - o.cap)
 
     def observe_allocate(self, result: str, seconds: float) -> None:
         """Counts one Allocate."""

@@ -185,15 +185,22 @@ class NvmlBackend:
             raise BackendError(f"GPU {uuid}: cannot list its processes: {e}") from e
         return {int(p.pid): int(p.usedGpuMemory or 0) for p in processes}
 
-    def process_utilization(self, uuid: str) -> dict:
-        """pid -> SM percent from NVML's per-process samples (the newest per pid); empty when
-        the GPU has none or cannot say."""
+    def process_utilization(self, uuid: str, since_us: int = 0) -> dict:
+        """pid -> SM percent from NVML's per-process samples: the newest per pid, or with
+        since_us (Unix-epoch microseconds, NVML's stamps) the mean of each pid's samples newer
+        than it; empty when the GPU has none or cannot say."""
         nvml = self._nvml
         try:
             self._init()
-            samples = nvml.nvmlDeviceGetProcessUtilization(self._handle(uuid), 0)
+            samples = nvml.nvmlDeviceGetProcessUtilization(self._handle(uuid), since_us)
         except (BackendError, nvml.NVMLError):
             return {}
+        if since_us:
+            by_pid: dict = {}
+            for sample in samples:
+                if sample.timeStamp > since_us:
+                    by_pid.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+            return {pid: sum(pcts) / len(pcts) for pid, pcts in by_pid.items()}
         newest = {}
         for sample in samples:
             if sample.pid not in newest or sample.timeStamp > newest[sample.pid].timeStamp:

@@ -80,7 +80,7 @@ def _caps(pod: dict) -> dict:
     return caps
 
 
-def _container_names(pod: dict) -> dict:
+def container_names(pod: dict) -> dict:
     """{container ID: name} from the pod's status (IDs as `<runtime>://<id>`)."""
     status = pod.get("status") or {}
     return {str(s.get("containerID", "")).rpartition("://")[2]: s.get("name", "")
@@ -98,7 +98,7 @@ def find_over_cap(processes: dict, owner: Callable[[int], Optional[tuple]],
             found = owner(pid)
             if not found or found[0] not in by_uid:
                 continue
-            name = _container_names(by_uid[found[0]]).get(found[1], "")
+            name = container_names(by_uid[found[0]]).get(found[1], "")
             key = (found[0], name, gpu)
             total, pids = used.get(key, (0, ()))
             used[key] = (total + amount, pids + (pid,))

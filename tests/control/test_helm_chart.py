@@ -97,7 +97,8 @@ def test_the_scheduler_configuration_and_the_control_flags_agree_with_deploy(hel
 def test_values_do_what_they_say(helm):
     docs = render(helm, "control.runtimeClassName=nvidia", "devicePlugin.cdiKind=nvidia.com/gpu",
                   "devicePlugin.deviceSplitCount=4", "schedulerName=gpu-sched",
-                  "devicePlugin.evictOverCap=true", kube_version="1.31.2")
+                  "devicePlugin.evictOverShare=true", "devicePlugin.overShareTolerance=15",
+                  kube_version="1.31.2")
     pod = by(docs, "Deployment", "hami-control")["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
     assert "--runtime-class=nvidia" in containers["hami-control"]["args"]
@@ -108,6 +109,9 @@ def test_values_do_what_they_say(helm):
     env = {e["name"]: e.get("value") for e in node["containers"][0]["env"]}
     assert (env["HAMI_NODE_CDI_KIND"], env["HAMI_NODE_DEVICE_SPLIT_COUNT"]) == \
         ("nvidia.com/gpu", "4")
+    assert (env["HAMI_NODE_EVICT_OVER_SHARE"], env["HAMI_NODE_OVER_SHARE_TOLERANCE"]) == \
+        ("true", "15")
+    assert node["hostPID"] is True
     rules = by(docs, "ClusterRole", "hami-node")["rules"]
     assert any("pods/eviction" in r["resources"] for r in rules)
     assert not any(p.startswith("system-") for p in

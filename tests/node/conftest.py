@@ -29,3 +29,20 @@ def gpu_uuids(shared_node):
     """The shared node's GPU UUIDs."""
     return shared_node[0].uuids()
 
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """A hami-node whose outside checks run every tenants.PERIOD_S, and tenant.c built; for the
+    hostile-tenant tests (helpers: tenants.py). Needs root and the cgroup v1 pids hierarchy to
+    place the containers' processes as kubelet does."""
+    import os
+    from tenants import CGROUP, PERIOD_S, Hostile, build_tenant
+    if os.geteuid() != 0 or not CGROUP.is_dir():
+        pytest.skip("needs root and the cgroup v1 pids hierarchy to place a process")
+    workdir = tmp_path_factory.mktemp("hostile")
+    tenant = build_tenant(workdir)
+    with simulated_node(workdir) as (node, kubelet, sched):
+        proc = node.start("--over-cap-check-seconds", str(PERIOD_S))
+        kubelet.kubelet.wait_registered(C.RESOURCE_GPU, devices=2 * SPLIT, timeout=15)
+        yield Hostile(node, kubelet, sched, proc, tenant)

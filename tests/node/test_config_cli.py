@@ -55,6 +55,12 @@ CASES = [
      "deviceMemoryScaling (from environment HAMI_NODE_DEVICE_MEMORY_SCALING): expected a number"),
     ("bool", [], {"HAMI_NODE_DISABLE_CORE_LIMIT": "maybe"}, None,
      "disableCoreLimit (from environment HAMI_NODE_DISABLE_CORE_LIMIT): expected true or false"),
+    ("tolerance", ["--over-share-tolerance", "150"], {}, None, "overShareTolerance (from flag "
+     "--over-share-tolerance): must be between 0 and 100"),
+    ("tolerance-env", [], {"HAMI_NODE_OVER_SHARE_TOLERANCE": "10%"}, None, "overShareTolerance "
+     "(from environment HAMI_NODE_OVER_SHARE_TOLERANCE): expected a number"),
+    ("evict-share", [], {"HAMI_NODE_EVICT_OVER_SHARE": "sometimes"}, None, "evictOverShare "
+     "(from environment HAMI_NODE_EVICT_OVER_SHARE): expected true or false"),
     ("resource", ["--resource-name", "gpu"], {}, None, "resourceName (from flag --resource-name):"
      " must look like vendor.domain/name"),
     ("metrics", ["--metrics-address", "9394"], {}, None, "metricsAddress (from flag "

@@ -53,6 +53,7 @@ def test_daemonset_has_what_the_agent_needs():
     assert not agent["securityContext"].get("privileged")
     assert agent["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert spec["serviceAccountName"] == documents()["ServiceAccount"]["metadata"]["name"]
+    assert spec["hostPID"] is True        # the outside checks read /proc/<host pid>/cgroup
     # The environment the manifest sets is configuration hami-node accepts.
     from hami_node.plugin.config import KEYS
     known = {k.env_name for k in KEYS} | {"NODE_NAME", "NVIDIA_VISIBLE_DEVICES",

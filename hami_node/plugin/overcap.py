@@ -25,6 +25,9 @@ from hami_node.plugin.worker import Worker
 log = logging.getLogger(__name__)
 MIB = 1 << 20
 EVENT_REASON = "GPUMemoryOverCap"
+# why a container can be over what the shim holds it to (both outside checks say it)
+BYPASS = ("a process reaches the driver without the shim (static linking, ld.so.preload "
+          "removed, or its accounting file rewritten)")
 # kubelet's pod cgroup: ".../pod<uid>/<container id>" (cgroupfs) or
 # ".../kubepods-<qos>-pod<uid with _>.slice/<runtime>-<container id>.scope" (systemd).
 _POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
@@ -125,7 +128,7 @@ class OverCapWatch(Worker):
         self.backend, self.cluster, self.node = backend, cluster, node
         self.interval_s, self.evict, self.owner = interval_s, evict, owner
         self.on_round, self.log = on_round, log
-        self._reported: set = set()
+        self.reports = OffenderReports(cluster, EVENT_REASON, evict, log)
         super().__init__("over-cap")
 
     def _run(self) -> None:
@@ -141,25 +144,39 @@ class OverCapWatch(Worker):
                      for gpu in self.backend.discover()}
         offenders = find_over_cap(processes, self.owner, self.cluster.list_node_pods(self.node))
         self.on_round(offenders)
-        current = {(o.uid, o.container, o.gpu) for o in offenders}
-        self._reported &= current
+        self.reports.round(offenders, self._message)
+        return offenders
+
+    @staticmethod
+    def _message(o: OverCap) -> str:
+        return (f"container {o.container!r} uses {o.used // MIB} MiB of GPU {o.gpu} by the "
+                f"driver's count (processes {', '.join(map(str, o.pids))}), over its cap of "
+                f"{o.cap // MIB} MiB: {BYPASS}")
+
+
+class OffenderReports:
+    """What both outside checks (this one and overshare.py) do with their offenders: each
+    (pod UID, container, GPU) reported once while it stays over, by a log line naming the pod,
+    a Warning Event with `reason` and, where the operator asked, an eviction."""
+
+    def __init__(self, cluster, reason: str, evict: bool, log: Callable[[str], None]):
+        self.cluster, self.reason, self.evict, self.log = cluster, reason, evict, log
+        self._reported: set = set()
+
+    def round(self, offenders: list, message: Callable[[object], str]) -> None:
+        self._reported &= {(o.uid, o.container, o.gpu) for o in offenders}
         for o in offenders:
             if (o.uid, o.container, o.gpu) not in self._reported:
                 self._reported.add((o.uid, o.container, o.gpu))
-                self._report(o)
-        return offenders
+                self._act(o, message(o))
 
-    def _report(self, o: OverCap) -> None:
-        message = (f"container {o.container!r} uses {o.used // MIB} MiB of GPU {o.gpu} by the "
-                   f"driver's count (processes {', '.join(map(str, o.pids))}), over its cap of "
-                   f"{o.cap // MIB} MiB: a process reaches the driver without the shim "
-                   f"(static linking, ld.so.preload removed, or its accounting file rewritten)")
+    def _act(self, o, message: str) -> None:
         self.log(f"pod {o.namespace}/{o.pod}: {message}"
                  + ("; evicting it" if self.evict else ""))
         pod = {"kind": "Pod", "metadata": {"namespace": o.namespace, "name": o.pod,
                                            "uid": o.uid}}
         try:
-            self.cluster.create_event(pod, EVENT_REASON, message)
+            self.cluster.create_event(pod, self.reason, message)
             if self.evict:
                 self.cluster.evict_pod(o.namespace, o.pod)
         except ClusterError as e:

@@ -31,7 +31,8 @@ from hami_common import pod_devices
 from hami_common.errors import HamiFormatError
 from hami_node.plugin.allocate import pod_containers
 from hami_node.plugin.errors import BackendError, ClusterError
-from hami_node.plugin.overcap import container_names, read_cgroup_owner
+from hami_node.plugin.overcap import (BYPASS, OffenderReports, container_names,
+                                      read_cgroup_owner)
 from hami_node.plugin.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class OverShareWatch(Worker):
         self.on_round, self.log, self.clock, self.wall = on_round, log, clock, wall
         self._last_us = 0
         self._samples: deque = deque()
-        self._reported: set = set()
+        self.reports = OffenderReports(cluster, EVENT_REASON, evict, log)
         super().__init__("over-share")
 
     def _run(self) -> None:
@@ -156,27 +157,11 @@ class OverShareWatch(Worker):
         offenders = find_over_share(samples, self.owner, self.cluster.list_node_pods(self.node),
                                     self.tolerance, self.default_cores)
         self.on_round(offenders)
-        current = {(o.uid, o.container, o.gpu) for o in offenders}
-        self._reported &= current
-        for o in offenders:
-            if (o.uid, o.container, o.gpu) not in self._reported:
-                self._reported.add((o.uid, o.container, o.gpu))
-                self._report(o)
+        self.reports.round(offenders, self._message)
         return offenders
 
-    def _report(self, o: OverShare) -> None:
-        pids = ", ".join(map(str, o.pids))
-        message = (f"container {o.container!r} used {o.share:.1f} % of GPU {o.gpu}'s time by the "
-                   f"driver's count over {o.samples * self.sample_s:g} s (processes {pids}), "
-                   f"over its share of {o.cap} % (+{self.tolerance:g} tolerated): a process "
-                   f"reaches the driver without the shim (static linking, ld.so.preload removed, "
-                   f"or its accounting file rewritten)")
-        self.log(f"pod {o.namespace}/{o.pod}: {message}" + ("; evicting it" if self.evict else ""))
-        pod = {"kind": "Pod", "metadata": {"namespace": o.namespace, "name": o.pod,
-                                           "uid": o.uid}}
-        try:
-            self.cluster.create_event(pod, EVENT_REASON, message)
-            if self.evict:
-                self.cluster.evict_pod(o.namespace, o.pod)
-        except ClusterError as e:
-            self.log(f"pod {o.namespace}/{o.pod}: could not record or evict: {e}")
+    def _message(self, o: OverShare) -> str:
+        return (f"container {o.container!r} used {o.share:.1f} % of GPU {o.gpu}'s time by the "
+                f"driver's count over {o.samples * self.sample_s:g} s (processes "
+                f"{', '.join(map(str, o.pids))}), over its share of {o.cap} % "
+                f"(+{self.tolerance:g} tolerated): {BYPASS}")

@@ -7,7 +7,9 @@ at the placement and a compute instance over it), hands the container its MIG UU
 the instance's identity back into the annotation. `reconcile` destroys every instance on the
 MIG GPUs that no unfinished pod of this node names: after a pod ends, and after hami-node was
 killed between making an instance and recording it (orphans). Instances younger than
-`grace_s` are left alone: their Allocate may still be recording them.
+`grace_s` are left alone: their Allocate may still be recording them. An instance in the way
+of a reservation at Allocate (its pod ended or was deleted before the next round) is
+reclaimed there and then: the real kubelet never retries a failed Allocate.
 """
 import time
 from dataclasses import dataclass, replace
@@ -16,7 +18,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from hami_common import constants as C
 from hami_common.errors import HamiFormatError
 from hami_common.mig import MigAllocation, decode_allocations
-from hami_node.plugin.errors import AllocationError, BackendError
+from hami_node.plugin.errors import AllocationError, BackendError, ClusterError
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,10 @@ class MigManager:
 
     def __init__(self, backend, uuids: Iterable[str], *, grace_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic,
-                 log: Callable[[str], None] = print):
+                 log: Callable[[str], None] = print,
+                 pods: Optional[Callable[[], Iterable[dict]]] = None):
         self.backend, self.uuids = backend, set(uuids)
+        self.pods = pods       # this node's pods now (reclaiming at Allocate); None: never
         self.grace_s, self.clock, self.log = grace_s, clock, log
         self._made = {}        # (gpu, gi id) -> when this agent made it
         self._profiles = {}
@@ -113,8 +117,7 @@ class MigManager:
                     raise AllocationError(f"GPU {alloc.gpu_uuid} is not served as MIG on this "
                                           "node (migDevices); delete the pod")
                 existing = self._existing(alloc)
-                inst = existing or self.backend.create(alloc.gpu_uuid, alloc.profile,
-                                                       alloc.placement)
+                inst = existing or self._create(alloc)
                 if not existing:
                     made.append(inst)
                     self._made[(inst.gpu_uuid, inst.gpu_instance_id)] = self.clock()
@@ -130,6 +133,23 @@ class MigManager:
             self._undo(made)
             raise
         return out
+
+    def _create(self, alloc: MigAllocation):
+        """Makes the reserved instance; when the placement is taken, reclaims the instances
+        no unfinished pod holds (a pod ended since the last round) and tries once more."""
+        try:
+            return self.backend.create(alloc.gpu_uuid, alloc.profile, alloc.placement)
+        except BackendError:
+            if self.pods is None:
+                raise
+            try:
+                pods = list(self.pods())
+            except ClusterError as e:
+                self.log(f"cannot list this node's pods to reclaim MIG instances ({e})")
+                raise
+            if not [i for i in self.reconcile(pods) if i.gpu_uuid == alloc.gpu_uuid]:
+                raise
+        return self.backend.create(alloc.gpu_uuid, alloc.profile, alloc.placement)
 
     def recorded(self, realized: Iterable[Realized]) -> None:
         """The instances are in their pod's annotation now: no grace once the pod is gone."""
@@ -152,7 +172,8 @@ class MigManager:
 
     def reconcile(self, pods: Iterable[dict]) -> list:
         """Destroys instances on the MIG GPUs that no unfinished pod names (by GPU and GPU
-        instance id, or by placement while not yet recorded); returns what it destroyed."""
+        instance id, or by profile and placement while not yet recorded: the instance its
+        Allocate finds); returns what it destroyed."""
         claimed, pending = set(), set()
         for pod in pods:
             if (pod.get("status") or {}).get("phase") in C.POD_FINISHED_PHASES:
@@ -165,7 +186,7 @@ class MigManager:
                 if a.realized:
                     claimed.add((a.gpu_uuid, a.gpu_instance_id))
                 else:
-                    pending.add((a.gpu_uuid, a.placement))
+                    pending.add((a.gpu_uuid, a.profile, a.placement))
         destroyed = []
         for uuid in sorted(self._profiles):
             try:
@@ -178,7 +199,7 @@ class MigManager:
                 if key in claimed:
                     self._made.pop(key, None)      # recorded: no grace once its pod is gone
                 young = self.clock() - self._made.get(key, -1e18) < self.grace_s
-                if key in claimed or (uuid, inst.placement) in pending or young:
+                if key in claimed or (uuid, inst.profile, inst.placement) in pending or young:
                     continue
                 try:
                     self.backend.destroy(uuid, inst.gpu_instance_id)

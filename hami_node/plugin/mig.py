@@ -20,6 +20,11 @@ from hami_common.errors import HamiFormatError
 from hami_common.mig import MigAllocation, decode_allocations
 from hami_node.plugin.errors import AllocationError, BackendError, ClusterError
 
+# How long Allocate waits for the processes of a gone pod to leave an instance in its way
+# (a pod deleted with --force: its containers are still being killed), and how often it looks.
+RECLAIM_WAIT_S = 10.0
+RECLAIM_POLL_S = 0.25
+
 
 @dataclass(frozen=True)
 class Realized:
@@ -62,9 +67,12 @@ class MigManager:
     def __init__(self, backend, uuids: Iterable[str], *, grace_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic,
                  log: Callable[[str], None] = print,
-                 pods: Optional[Callable[[], Iterable[dict]]] = None):
+                 pods: Optional[Callable[[], Iterable[dict]]] = None,
+                 reclaim_wait_s: float = RECLAIM_WAIT_S,
+                 sleep: Callable[[float], None] = time.sleep):
         self.backend, self.uuids = backend, set(uuids)
         self.pods = pods       # this node's pods now (reclaiming at Allocate); None: never
+        self.reclaim_wait_s, self.sleep = reclaim_wait_s, sleep
         self.grace_s, self.clock, self.log = grace_s, clock, log
         self._made = {}        # (gpu, gi id) -> when this agent made it
         self._profiles = {}
@@ -135,21 +143,36 @@ class MigManager:
         return out
 
     def _create(self, alloc: MigAllocation):
-        """Makes the reserved instance; when the placement is taken, reclaims the instances
-        no unfinished pod holds (a pod ended since the last round) and tries once more."""
-        try:
-            return self.backend.create(alloc.gpu_uuid, alloc.profile, alloc.placement)
-        except BackendError:
-            if self.pods is None:
-                raise
+        """Makes the reserved instance. When its placement is taken by instances no unfinished
+        pod holds (their pod ended or was deleted since the last round), reclaims them and
+        tries again, waiting up to reclaim_wait_s while their processes exit; BackendError
+        when a held instance is in the way, or after that wait."""
+        deadline, tries = self.clock() + self.reclaim_wait_s, 0
+        while True:
             try:
-                pods = list(self.pods())
-            except ClusterError as e:
-                self.log(f"cannot list this node's pods to reclaim MIG instances ({e})")
-                raise
-            if not [i for i in self.reconcile(pods) if i.gpu_uuid == alloc.gpu_uuid]:
-                raise
-        return self.backend.create(alloc.gpu_uuid, alloc.profile, alloc.placement)
+                return self.backend.create(alloc.gpu_uuid, alloc.profile, alloc.placement)
+            except BackendError:
+                tries += 1
+                if not self._reclaim_in_the_way(alloc, quiet=tries > 1) or \
+                        self.clock() >= deadline:
+                    raise
+            self.sleep(RECLAIM_POLL_S)
+
+    def _reclaim_in_the_way(self, alloc: MigAllocation, quiet: bool) -> bool:
+        """Reclaims what no unfinished pod holds (quiet: what is still busy not logged
+        again); whether any of it overlapped the reservation's placement."""
+        if self.pods is None:
+            return False
+        try:
+            pods = list(self.pods())
+        except ClusterError as e:
+            self.log(f"cannot list this node's pods to reclaim MIG instances ({e})")
+            return False
+        unheld = self._unheld(pods)
+        in_the_way = [i for uuid, i in unheld if uuid == alloc.gpu_uuid and
+                      i.placement.overlaps(alloc.placement)]
+        self._destroy(unheld, quiet)
+        return bool(in_the_way)
 
     def recorded(self, realized: Iterable[Realized]) -> None:
         """The instances are in their pod's annotation now: no grace once the pod is gone."""
@@ -174,6 +197,10 @@ class MigManager:
         """Destroys instances on the MIG GPUs that no unfinished pod names (by GPU and GPU
         instance id, or by profile and placement while not yet recorded: the instance its
         Allocate finds); returns what it destroyed."""
+        return self._destroy(self._unheld(pods))
+
+    def _unheld(self, pods: Iterable[dict]) -> list:
+        """(GPU UUID, instance) of every instance no unfinished pod holds."""
         claimed, pending = set(), set()
         for pod in pods:
             if (pod.get("status") or {}).get("phase") in C.POD_FINISHED_PHASES:
@@ -187,7 +214,7 @@ class MigManager:
                     claimed.add((a.gpu_uuid, a.gpu_instance_id))
                 else:
                     pending.add((a.gpu_uuid, a.profile, a.placement))
-        destroyed = []
+        unheld = []
         for uuid in sorted(self._profiles):
             try:
                 instances = self.backend.instances(uuid)
@@ -199,15 +226,22 @@ class MigManager:
                 if key in claimed:
                     self._made.pop(key, None)      # recorded: no grace once its pod is gone
                 young = self.clock() - self._made.get(key, -1e18) < self.grace_s
-                if key in claimed or (uuid, inst.profile, inst.placement) in pending or young:
-                    continue
-                try:
-                    self.backend.destroy(uuid, inst.gpu_instance_id)
-                    self._made.pop(key, None)
-                    destroyed.append(inst)
-                    self.log(f"GPU {uuid}: destroyed MIG instance {inst.profile} at "
-                             f"{inst.placement.start} ({inst.mig_uuid}): no pod holds it")
-                except BackendError as e:
+                if not (key in claimed or (uuid, inst.profile, inst.placement) in pending
+                        or young):
+                    unheld.append((uuid, inst))
+        return unheld
+
+    def _destroy(self, instances: Iterable, quiet: bool = False) -> list:
+        destroyed = []
+        for uuid, inst in instances:
+            try:
+                self.backend.destroy(uuid, inst.gpu_instance_id)
+                self._made.pop((uuid, inst.gpu_instance_id), None)
+                destroyed.append(inst)
+                self.log(f"GPU {uuid}: destroyed MIG instance {inst.profile} at "
+                         f"{inst.placement.start} ({inst.mig_uuid}): no pod holds it")
+            except BackendError as e:
+                if not quiet:
                     self.log(f"GPU {uuid}: MIG instance {inst.gpu_instance_id} not reclaimed "
                              f"yet ({e})")
         return destroyed

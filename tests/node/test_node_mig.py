@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from hami_common import constants as C
 from hami_common.mig import MigAllocation, MigPlacement, decode_allocations, encode_allocations
@@ -125,23 +126,42 @@ def test_orphans_are_reclaimed_and_an_impossible_layout_refused(node_cluster):
     assert sched.pod_annotations("blocked")[C.ANNO_BIND_PHASE] == C.BIND_PHASE_FAILED
 
 
-def test_an_ended_pods_instance_in_the_way_is_reclaimed_at_allocate(node_cluster):
+HOLD = """
+from cuda.bindings import driver as cu
+cu.cuInit(0)
+_, ctx = cu.cuCtxCreate(None, 0, cu.cuDeviceGet(0)[1])
+print("holding", flush=True)
+input()
+"""
+
+
+def test_a_deleted_pods_instance_in_the_way_is_reclaimed_at_allocate(node_cluster):
     """The real kubelet never retries a failed Allocate: a pod placed where the instance of
-    a pod just deleted still stands (the reclaiming round, every annotationInterval, has not
-    come) gets its instance at its first Allocate."""
+    a pod just deleted (--force: its process still exiting) stands, before the reclaiming
+    round (every annotationInterval) comes, gets its instance at its first Allocate."""
     node, kubelet, sched = node_cluster
     node.start("--mig-devices", "0", "--annotation-interval", "60")
     uuid = node.uuids()[0]
     wait_for(lambda: (r := sched.registered()) and r[0].mig_profiles, timeout=10,
              what="the MIG GPU's profiles")
     schedule_mig(sched, "first", uuid, "1g.5gb", MigPlacement(6, 1), 1000,
-                 [sys.executable, "-c", "pass"], instance=(1970, 14))
-    kubelet.kubelet.wait_allocated("default", "first")
+                 [sys.executable, "-c", HOLD], instance=(1970, 14))
+    [alloc] = kubelet.kubelet.wait_allocated("default", "first")
     assert [i[:2] for i in instances(node)] == [["1g.5gb", 6]]
-    sched.delete("first")
-    schedule_mig(sched, "second", uuid, "7g.40gb", MigPlacement(0, 8), 1000,
-                 [sys.executable, "-c", "pass"], instance=(16000, 100))
-    kubelet.kubelet.wait_allocated("default", "second", timeout=10)
+    first = start_container(alloc, node.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert first.stdout.readline() == "holding\n"
+        sched.delete("first")
+        schedule_mig(sched, "second", uuid, "7g.40gb", MigPlacement(0, 8), 1000,
+                     [sys.executable, "-c", "pass"], instance=(16000, 100))
+        time.sleep(1.5)                 # Allocate waits for the process meanwhile
+        first.stdin.close()             # its container killed: the process exits
+        kubelet.kubelet.wait_allocated("default", "second", timeout=15)
+    finally:
+        first.kill()
+        first.wait(timeout=10)
+        first.stdout.close()
     assert not [f for f in kubelet.kubelet.failures() if f.pod == "second"]
     [made] = decode_allocations(sched.pod_annotations("second")[C.ANNO_MIG_ALLOCATIONS])
     assert instances(node) == [["7g.40gb", 0, made.mig_uuid]]

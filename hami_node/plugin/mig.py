@@ -85,6 +85,7 @@ class MigManager:
                 mode = self.backend.mode(uuid)
                 if mode is None:
                     self.log(f"migDevices: GPU {uuid} cannot do MIG; serving it with the shim")
+                    self.uuids.discard(uuid)
                     continue
                 if mode[0] != 1 and not self.backend.enable(uuid):
                     self.log(f"GPU {uuid}: MIG mode is pending: a process holds the GPU (NVML "
@@ -153,26 +154,28 @@ class MigManager:
                 return self.backend.create(alloc.gpu_uuid, alloc.profile, alloc.placement)
             except BackendError:
                 tries += 1
-                if not self._reclaim_in_the_way(alloc, quiet=tries > 1) or \
-                        self.clock() >= deadline:
+                left = self._reclaim_in_the_way(alloc, quiet=tries > 1)
+                if left is None or (left and self.clock() >= deadline):
                     raise
-            self.sleep(RECLAIM_POLL_S)
+            if left:
+                self.sleep(RECLAIM_POLL_S)
 
-    def _reclaim_in_the_way(self, alloc: MigAllocation, quiet: bool) -> bool:
+    def _reclaim_in_the_way(self, alloc: MigAllocation, quiet: bool) -> Optional[int]:
         """Reclaims what no unfinished pod holds (quiet: what is still busy not logged
-        again); whether any of it overlapped the reservation's placement."""
+        again); of it, how many overlapping the reservation's placement are left (busy),
+        None when none overlapped."""
         if self.pods is None:
-            return False
+            return None
         try:
             pods = list(self.pods())
         except ClusterError as e:
             self.log(f"cannot list this node's pods to reclaim MIG instances ({e})")
-            return False
+            return None
         unheld = self._unheld(pods)
-        in_the_way = [i for uuid, i in unheld if uuid == alloc.gpu_uuid and
+        in_the_way = [(uuid, i) for uuid, i in unheld if uuid == alloc.gpu_uuid and
                       i.placement.overlaps(alloc.placement)]
-        self._destroy(unheld, quiet)
-        return bool(in_the_way)
+        destroyed = self._destroy(unheld, quiet)
+        return len([i for _, i in in_the_way if i not in destroyed]) if in_the_way else None
 
     def recorded(self, realized: Iterable[Realized]) -> None:
         """The instances are in their pod's annotation now: no grace once the pod is gone."""

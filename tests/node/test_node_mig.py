@@ -165,3 +165,27 @@ def test_a_deleted_pods_instance_in_the_way_is_reclaimed_at_allocate(node_cluste
     assert not [f for f in kubelet.kubelet.failures() if f.pod == "second"]
     [made] = decode_allocations(sched.pod_annotations("second")[C.ANNO_MIG_ALLOCATIONS])
     assert instances(node) == [["7g.40gb", 0, made.mig_uuid]]
+
+
+def test_a_gpu_held_by_a_process_is_published_as_mig_once_idle(node_cluster):
+    """MIG mode stays pending while a process holds the GPU: meanwhile the GPU is published in
+    mode "mig" without profiles (no shim slice placed on a GPU about to change under it, no
+    instance either), then with its profiles once the process is gone; a GPU `all` names
+    that cannot do MIG is served by the shim."""
+    node, kubelet, sched = node_cluster
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], env=node.env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        proc = node.start("--mig-devices", "all")          # the T4 cannot do MIG
+        registered = wait_for(lambda: sched.registered(), timeout=10, what="the register")
+        assert [(d.mode, d.mig_profiles) for d in registered] == [("mig", ()),
+                                                                   ("hami-core", ())]
+        assert "MIG mode is pending: a process holds the GPU" in proc.log()
+        assert "cannot do MIG; serving it with the shim" in proc.log()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=10)
+        holder.stdout.close()
+    wait_for(lambda: sched.registered()[0].mig_profiles, timeout=10,
+             what="the profiles published once the GPU is idle")

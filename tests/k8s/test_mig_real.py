@@ -182,7 +182,8 @@ def test_mig_pod_runs_in_its_instance_beside_a_shim_pod_and_gives_it_back(mig):
     assert any("CardMigTopologyInfeasible" in e["message"]
                for e in json.loads(events)["items"]), events
 
-    # mig-a deleted: its instance destroyed, and the pending pod placed in its room
+    # mig-a deleted (--force): its instance destroyed, and the pending pod placed in its room;
+    # placed at once, its Allocate may find mig-a's instance still there, its process exiting
     delete(c, "mig-a")
     until(lambda: made.mig_uuid not in json.dumps(nvml(c, uuid)), 30, "mig-a's instance gone")
     done = wait_phase(c, "mig-big", timeout=90)

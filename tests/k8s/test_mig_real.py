@@ -130,7 +130,8 @@ def mig(real_cluster):
     stop_agent(c)
     start_agent(c, str(MIG_INDEX))
     try:
-        gpu = until(lambda: (d := published(c, MIG_INDEX)).mig_profiles and d, 60,
+        # (pending while a process of an earlier module's pod still holds the GPU)
+        gpu = until(lambda: (d := published(c, MIG_INDEX)).mig_profiles and d, 120,
                     "the MIG GPU's profiles in the node's register annotation")
         assert gpu.mode == "mig" and published(c, 0).mode == C.DEVICE_MODE_HAMI_CORE
         yield c, uuid, {p.name: p for p in gpu.mig_profiles}

@@ -160,7 +160,8 @@ class NodeAgent:
         if self.mig_backend is None:
             from hami_node.plugin.mig_nvml import NvmlMig
             self.mig_backend = NvmlMig()
-        self.mig = MigManager(self.mig_backend, uuids, log=self.log)
+        self.mig = MigManager(self.mig_backend, uuids, log=self.log, pods=lambda: (
+            self.cluster.list_node_pods(self.config.node_name)))
         self.mig.prepare()
         self.mig.reconcile(self.cluster.list_node_pods(self.config.node_name))
 

@@ -112,15 +112,18 @@ def register_entries(states: Iterable[GpuHealth], split: int, memory_scaling: fl
                      core_scaling: float, mig=None) -> list:
     """The node annotation's DeviceInfo per GPU (HAMi's JSON register format). `mig`: the
     MigManager; its GPUs register in mode "mig" with their profiles (unscaled: an instance's
-    memory is physical), as many tasks as instances fit."""
+    memory is physical), as many tasks as instances fit; while their MIG mode is pending, in
+    mode "mig" without profiles (nothing placed on them: a shim slice would keep the GPU
+    from changing, or find it changed under it)."""
     out = []
     for s in states:
-        profiles = mig.profiles(s.gpu.uuid) if mig is not None and mig.is_mig(s.gpu.uuid) else ()
+        is_mig = mig is not None and mig.is_mig(s.gpu.uuid)
+        profiles = mig.profiles(s.gpu.uuid) if is_mig else ()
         out.append(DeviceInfo(
             id=s.gpu.uuid, index=s.gpu.index,
             count=max((len(p.placements) for p in profiles), default=split),
-            devmem=s.gpu.memory_mib if profiles else int(s.gpu.memory_mib * memory_scaling),
-            devcore=100 if profiles else int(100 * core_scaling),
+            devmem=s.gpu.memory_mib if is_mig else int(s.gpu.memory_mib * memory_scaling),
+            devcore=100 if is_mig else int(100 * core_scaling),
             type=device_type_name(s.gpu.name), numa=s.gpu.numa, health=s.healthy,
-            mode=DEVICE_MODE_MIG if profiles else DEVICE_MODE_HAMI_CORE, mig_profiles=profiles))
+            mode=DEVICE_MODE_MIG if is_mig else DEVICE_MODE_HAMI_CORE, mig_profiles=profiles))
     return out

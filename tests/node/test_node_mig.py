@@ -1,13 +1,15 @@
 """MIG through hami-node on the simulated GPU: one GPU served as MIG beside a shim GPU, its
 profiles published in HAMi's register format, the scheduler's reserved instance made at
 Allocate and handed to the container as MIG-<uuid> (the shim's gpumem cap holding inside it),
-the instance destroyed once the pod is gone, an orphan left by a killed agent reclaimed, and a
-layout that cannot be made refused with the reason."""
+the instance destroyed once the pod is gone, an orphan left by a killed agent reclaimed (at
+start, and at Allocate when it stands in a reservation's way), and a layout that cannot be made
+refused with the reason."""
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 from hami_common import constants as C
 from hami_common.mig import MigAllocation, MigPlacement, decode_allocations, encode_allocations
@@ -94,20 +96,96 @@ def test_a_mig_pod_gets_its_instance_and_gives_it_back(node_cluster):
     proc.stop()
 
 
-def test_an_orphan_is_reclaimed_and_an_impossible_layout_refused(node_cluster):
+def test_orphans_are_reclaimed_and_an_impossible_layout_refused(node_cluster):
     node, kubelet, sched = node_cluster
     # an instance no pod records: what a hami-node killed mid-Allocate leaves behind
     orphan = instances(node, "1g.5gb", 6, 1)
     assert [i[:2] for i in orphan] == [["1g.5gb", 6]]
-    node.start("--mig-devices", "0")
+    # no reclaiming round in this test (60 s apart): what happens is hami-node's start and
+    # its Allocate
+    node.start("--mig-devices", "0", "--annotation-interval", "60")
     wait_for(lambda: instances(node) == [], timeout=20, what="the orphan destroyed")
     uuid = node.uuids()[0]
-    instances(node, "4g.20gb", 0, 4)      # 0-3 taken behind the scheduler's back
-    schedule_mig(sched, "blocked", uuid, "3g.20gb", MigPlacement(0, 4), 1000,
+    # an instance no pod holds in the way of a reservation (another profile, same slices):
+    # reclaimed at Allocate
+    instances(node, "4g.20gb", 0, 4)
+    schedule_mig(sched, "placed", uuid, "3g.20gb", MigPlacement(0, 4), 1000,
+                 [sys.executable, "-c", "pass"])
+    kubelet.kubelet.wait_allocated("default", "placed")
+    [made] = decode_allocations(sched.pod_annotations("placed")[C.ANNO_MIG_ALLOCATIONS])
+    assert instances(node) == [["3g.20gb", 0, made.mig_uuid]]
+    # slices 0-3 held by that pod's instance: a reservation there cannot be made
+    schedule_mig(sched, "blocked", uuid, "4g.20gb", MigPlacement(0, 4), 1000,
                  [sys.executable, "-c", "pass"])
     events = wait_for(lambda: [e.message for e in sched.v1.list_namespaced_event("default").items
                                if "MIG layout cannot be made" in (e.message or "")] or None,
                       timeout=20, what="the refusal")
-    assert "cannot create a 3g.20gb instance at slices 0-3" in events[0]
+    assert "cannot create a 4g.20gb instance at slices 0-3" in events[0]
     assert "Insufficient resources" in events[0]
+    assert instances(node) == [["3g.20gb", 0, made.mig_uuid]]
     assert sched.pod_annotations("blocked")[C.ANNO_BIND_PHASE] == C.BIND_PHASE_FAILED
+
+
+HOLD = """
+from cuda.bindings import driver as cu
+cu.cuInit(0)
+_, ctx = cu.cuCtxCreate(None, 0, cu.cuDeviceGet(0)[1])
+print("holding", flush=True)
+input()
+"""
+
+
+def test_a_deleted_pods_instance_in_the_way_is_reclaimed_at_allocate(node_cluster):
+    """The real kubelet never retries a failed Allocate: a pod placed where the instance of
+    a pod just deleted (--force: its process still exiting) stands, before the reclaiming
+    round (every annotationInterval) comes, gets its instance at its first Allocate."""
+    node, kubelet, sched = node_cluster
+    node.start("--mig-devices", "0", "--annotation-interval", "60")
+    uuid = node.uuids()[0]
+    wait_for(lambda: (r := sched.registered()) and r[0].mig_profiles, timeout=10,
+             what="the MIG GPU's profiles")
+    schedule_mig(sched, "first", uuid, "1g.5gb", MigPlacement(6, 1), 1000,
+                 [sys.executable, "-c", HOLD], instance=(1970, 14))
+    [alloc] = kubelet.kubelet.wait_allocated("default", "first")
+    assert [i[:2] for i in instances(node)] == [["1g.5gb", 6]]
+    first = start_container(alloc, node.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert first.stdout.readline() == "holding\n"
+        sched.delete("first")
+        schedule_mig(sched, "second", uuid, "7g.40gb", MigPlacement(0, 8), 1000,
+                     [sys.executable, "-c", "pass"], instance=(16000, 100))
+        time.sleep(1.5)                 # Allocate waits for the process meanwhile
+        first.stdin.close()             # its container killed: the process exits
+        kubelet.kubelet.wait_allocated("default", "second", timeout=15)
+    finally:
+        first.kill()
+        first.wait(timeout=10)
+        first.stdout.close()
+    assert not [f for f in kubelet.kubelet.failures() if f.pod == "second"]
+    [made] = decode_allocations(sched.pod_annotations("second")[C.ANNO_MIG_ALLOCATIONS])
+    assert instances(node) == [["7g.40gb", 0, made.mig_uuid]]
+
+
+def test_a_gpu_held_by_a_process_is_published_as_mig_once_idle(node_cluster):
+    """MIG mode stays pending while a process holds the GPU: meanwhile the GPU is published in
+    mode "mig" without profiles (no shim slice placed on a GPU about to change under it, no
+    instance either), then with its profiles once the process is gone; a GPU `all` names
+    that cannot do MIG is served by the shim."""
+    node, kubelet, sched = node_cluster
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], env=node.env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == "holding\n"
+        proc = node.start("--mig-devices", "all")          # the T4 cannot do MIG
+        registered = wait_for(lambda: sched.registered(), timeout=10, what="the register")
+        assert [(d.mode, d.mig_profiles) for d in registered] == [("mig", ()),
+                                                                   ("hami-core", ())]
+        assert "MIG mode is pending: a process holds the GPU" in proc.log()
+        assert "cannot do MIG; serving it with the shim" in proc.log()
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=10)
+        holder.stdout.close()
+    wait_for(lambda: sched.registered()[0].mig_profiles, timeout=10,
+             what="the profiles published once the GPU is idle")

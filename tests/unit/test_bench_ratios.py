@@ -41,3 +41,15 @@ def test_shim_overhead_prints_its_ratios_to_the_direct_calls():
     ratios = dict(re.findall(r"^(\w+)_ratio=([\d.]+)$", done.stdout, re.M))
     assert set(ratios) == {"alloc_free_pair", "launch"}, done.stdout
     assert all(float(r) > 0 for r in ratios.values())
+
+
+def test_mig_placement_prints_ours_against_hamis_smallest_fit():
+    """The figure README's MIG section quotes (issue 26), on one seed of the openb trace."""
+    done = subprocess.run([sys.executable, str(BENCH / "mig_placement.py"), "--seeds", "42"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("machine: ")
+    ratios = {k: float(v) for k, v in re.findall(r"^(\w+)_ratio=([\d.]+)$", done.stdout, re.M)}
+    assert set(ratios) == {"mig_placed", "mig_full_at", "mig_compute"}, done.stdout
+    assert ratios["mig_placed"] >= 1 and ratios["mig_full_at"] >= 0.99, done.stdout
+    assert ratios["mig_compute"] > 1, done.stdout        # the larger variant's SMs

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hami_common.constants import DRA_DRIVER
 from hami_common.dra_request import claim_devices, published_sizes
 from hami_common.request import parse_pod
+from hami_control.webhook.dra import ANNO_DRA_CLAIMS, ask_record
 from hami_node.dra.slices import SliceOptions, build_slice
 from hami_node.plugin.backend import Gpu
 from hami_node.plugin.devices import GpuHealth
@@ -41,10 +42,12 @@ def _shape(pod: dict):
         request.filters
 
 
-def dra_pods(pods, namespace: str, gpus: list) -> tuple:
+def dra_pods(pods, namespace: str, gpus: list, scheduler: str = "") -> tuple:
     """(the templates, pod bodies): each trace pod with GPUs uses a claim from the template
     of its shape instead of nvidia.com/* resources; CPU-only pods are left as they are.
-    `gpus`: (type, UUID, MiB) of the published GPUs, as the webhook's templates read them."""
+    `gpus`: (type, UUID, MiB) of the published GPUs, as the webhook's templates read them.
+    With `scheduler` (hami-scheduler: its prioritize extender scores the nodes), the GPU pods
+    name it and record their ask in `hami.io/dra-claims`, as the webhook's opt-in does."""
     templates, bodies = {}, []
     for p in pods:
         pod = p.pod_object(namespace=namespace)
@@ -61,6 +64,10 @@ def dra_pods(pods, namespace: str, gpus: list) -> tuple:
             ctr["resources"]["claims"] = [{"name": "gpu"}]
             pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName":
                                               templates[key]["metadata"]["name"]}]
+            if scheduler:
+                pod["spec"]["schedulerName"] = scheduler
+                pod["metadata"].setdefault("annotations", {})[ANNO_DRA_CLAIMS] = json.dumps(
+                    {templates[key]["metadata"]["name"]: ask_record(ask)})
         pod["spec"]["containers"][0]["image"] = "hami-k8s.local/pause:1"
         bodies.append({"apiVersion": "v1", "kind": "Pod", **pod})
     return list(templates.values()), bodies

@@ -45,6 +45,8 @@ class DraNodes:
                              registry=PolicyRegistry(rng=rng, allow_baselines=True), rng=rng)
         self.lock = threading.Lock()
         self._slices: dict = {}         # slice name -> SliceGpus
+        self._pools: dict = {}          # pool name -> node name
+        self._by_node: dict = {}        # node name -> its GPUs (DeviceInfo tuple)
         self._sizes: dict = {}          # node name -> (millicores, MiB) allocatable
         self._claims: dict = {}         # claim key -> ClaimUse (allocated, ours)
         self._assumed: dict = {}        # pod UID -> (expiry, view key)
@@ -63,6 +65,8 @@ class DraNodes:
             old = self._slices.pop(name, None)
             if gpus is not None:
                 self._slices[name] = gpus
+            self._pools = {s.pool: s.node for s in self._slices.values()}
+            self._by_node = {s.node: s.gpus for s in self._slices.values()}
             if old is not None and (gpus is None or old.node != gpus.node):
                 self.view.remove_node(old.node)
             if gpus is not None and gpus != old:
@@ -173,10 +177,7 @@ class DraNodes:
 
     # --- inside the lock -----------------------------------------------------------------
     def _gpus_of(self, node: str) -> Optional[tuple]:
-        for item in self._slices.values():
-            if item.node == node:
-                return item.gpus
-        return None
+        return self._by_node.get(node)
 
     def _upsert(self, node: str, gpus: tuple) -> None:
         cpu, mem = self._sizes.get(node, (None, None))
@@ -190,8 +191,7 @@ class DraNodes:
         use = self._claims.get(key)
         held = None
         if use is not None:
-            pools = {s.pool: s.node for s in self._slices.values()}
-            held = claim_reservation(use, pools)
+            held = claim_reservation(use, self._pools)
         current = self.view.reservation(f"claim:{key}")
         if current == held:
             return

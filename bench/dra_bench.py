@@ -8,6 +8,7 @@ the other two runs either."""
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from hami_common.constants import DRA_DRIVER
@@ -71,6 +72,34 @@ def dra_pods(pods, namespace: str, gpus: list, scheduler: str = "") -> tuple:
         pod["spec"]["containers"][0]["image"] = "hami-k8s.local/pause:1"
         bodies.append({"apiVersion": "v1", "kind": "Pod", **pod})
     return list(templates.values()), bodies
+
+
+def clear_claims(c, namespace: str, threads: int) -> None:
+    """Frees the GPUs a DRA run's claims hold, for the next DRA run: its pods deleted at once
+    (no kubelet confirms), each claim's delete-protection finalizer dropped and the claim
+    deleted (only the resourceclaim controller runs here, at its own QPS), until none is
+    left."""
+    from kubernetes import client
+    v1, api = c.core_v1, client.ResourceV1Api(c.core_v1.api_client)
+    v1.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    for _ in range(30):
+        names = [item["metadata"]["name"] for item in json.loads(
+            api.list_namespaced_resource_claim(namespace, _preload_content=False).data)["items"]]
+        if not names:
+            return
+
+        def one(name):
+            try:
+                api.patch_namespaced_resource_claim(name, namespace,
+                                                    {"metadata": {"finalizers": None}})
+                api.delete_namespaced_resource_claim(name, namespace)
+            except client.exceptions.ApiException as e:
+                if e.status != 404:
+                    raise
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(one, names))
+        time.sleep(1.0)
+    raise RuntimeError(f"the claims of namespace {namespace} are still there after 30 rounds")
 
 
 def packing_claims(c, namespace: str) -> dict:

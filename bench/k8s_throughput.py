@@ -32,7 +32,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from benchlib import print_machine
-from dra_bench import dra_pods, packing_claims, profile_scheduler, publish_slices
+from dra_bench import (clear_claims, dra_pods, packing_claims, profile_scheduler,
+                       publish_slices)
 from k8s_report import report
 
 from hami_common import constants as C
@@ -375,6 +376,7 @@ def main() -> int:
             dra = run(c, pods, "bench-dra", "default-scheduler", args.threads, agent=False,
                       dra=True, profile=profile)
             if args.scores:
+                clear_claims(c, "bench-dra", args.threads)     # the same GPUs free again
                 scored = run(c, pods, "bench-dra-scores", C.SCHEDULER_NAME, args.threads,
                              agent=False, dra=True, scores=True)
         alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)

@@ -8,11 +8,13 @@ the other two runs either."""
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from hami_common.constants import DRA_DRIVER
 from hami_common.dra_request import claim_devices, published_sizes
 from hami_common.request import parse_pod
+from hami_control.webhook.dra import ANNO_DRA_CLAIMS, ask_record
 from hami_node.dra.slices import SliceOptions, build_slice
 from hami_node.plugin.backend import Gpu
 from hami_node.plugin.devices import GpuHealth
@@ -41,10 +43,12 @@ def _shape(pod: dict):
         request.filters
 
 
-def dra_pods(pods, namespace: str, gpus: list) -> tuple:
+def dra_pods(pods, namespace: str, gpus: list, scheduler: str = "") -> tuple:
     """(the templates, pod bodies): each trace pod with GPUs uses a claim from the template
     of its shape instead of nvidia.com/* resources; CPU-only pods are left as they are.
-    `gpus`: (type, UUID, MiB) of the published GPUs, as the webhook's templates read them."""
+    `gpus`: (type, UUID, MiB) of the published GPUs, as the webhook's templates read them.
+    With `scheduler` (hami-scheduler: its prioritize extender scores the nodes), the GPU pods
+    name it and record their ask in `hami.io/dra-claims`, as the webhook's opt-in does."""
     templates, bodies = {}, []
     for p in pods:
         pod = p.pod_object(namespace=namespace)
@@ -61,9 +65,41 @@ def dra_pods(pods, namespace: str, gpus: list) -> tuple:
             ctr["resources"]["claims"] = [{"name": "gpu"}]
             pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName":
                                               templates[key]["metadata"]["name"]}]
+            if scheduler:
+                pod["spec"]["schedulerName"] = scheduler
+                pod["metadata"].setdefault("annotations", {})[ANNO_DRA_CLAIMS] = json.dumps(
+                    {templates[key]["metadata"]["name"]: ask_record(ask)})
         pod["spec"]["containers"][0]["image"] = "hami-k8s.local/pause:1"
         bodies.append({"apiVersion": "v1", "kind": "Pod", **pod})
     return list(templates.values()), bodies
+
+
+def clear_claims(c, namespace: str, threads: int) -> None:
+    """Frees the GPUs a DRA run's claims hold, for the next DRA run: its pods deleted at once
+    (no kubelet confirms), each claim's delete-protection finalizer dropped and the claim
+    deleted (only the resourceclaim controller runs here, at its own QPS), until none is
+    left."""
+    from kubernetes import client
+    v1, api = c.core_v1, client.ResourceV1Api(c.core_v1.api_client)
+    v1.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    for _ in range(30):
+        names = [item["metadata"]["name"] for item in json.loads(
+            api.list_namespaced_resource_claim(namespace, _preload_content=False).data)["items"]]
+        if not names:
+            return
+
+        def one(name):
+            try:
+                api.patch_namespaced_resource_claim(name, namespace,
+                                                    {"metadata": {"finalizers": None}})
+                api.delete_namespaced_resource_claim(name, namespace)
+            except client.exceptions.ApiException as e:
+                if e.status != 404:
+                    raise
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(one, names))
+        time.sleep(1.0)
+    raise RuntimeError(f"the claims of namespace {namespace} are still there after 30 rounds")
 
 
 def packing_claims(c, namespace: str) -> dict:

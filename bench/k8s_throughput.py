@@ -9,7 +9,9 @@ hami-scheduler (deploy/'s kube-scheduler + our extender; this script plays hami-
 after each bind: bind-phase success, node lock released), once for the default kube-scheduler
 (GPU resources as plain extended resources); between them, with the DRAConsumableCapacity gate
 on, the same pods as claims of hami-py's DRA driver for the default kube-scheduler (bench/
-dra_bench.py: the same scheduler configuration, so the same client QPS, as the last run).
+dra_bench.py: the same scheduler configuration, so the same client QPS, as the last run),
+and once more for hami-scheduler, whose prioritize extender gives kube-scheduler our node
+scores for the claims (the pods carry their ask as the webhook's opt-in records it).
 Printed: pods/s from the first creation to the
 last binding, per-pod latency creation -> bound (p50/p99), and the ratio; where the time
 goes (hami-control's own time per call, the API server's writes per pod, each component's
@@ -30,7 +32,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from benchlib import print_machine
-from dra_bench import dra_pods, packing_claims, profile_scheduler, publish_slices
+from dra_bench import (clear_claims, dra_pods, packing_claims, profile_scheduler,
+                       publish_slices)
+from k8s_report import report
 
 from hami_common import constants as C
 from hami_common import node_register, pod_devices
@@ -249,7 +253,7 @@ def apiserver_counters(c) -> dict:
 
 
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
-        dra: bool = False, profile=None) -> dict:
+        dra: bool = False, profile=None, scores: bool = False) -> dict:
     """Creates the pods for scheduler (with `dra`, claims of our DRA driver instead of
     nvidia.com/* resources); the figures once each is bound (or WAIT_S passed without a
     binding)."""
@@ -259,7 +263,8 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
     if dra:
         templates, bodies = dra_pods(pods, namespace, [(d.type, d.id, d.devmem)
                                                        for n in load_gpu_nodes()
-                                                       for d in n.devices(SPLIT)])
+                                                       for d in n.devices(SPLIT)],
+                                     scheduler if scores else "")
         c.apply(templates)
     else:
         bodies = [pod_body(p, namespace, scheduler) for p in pods]
@@ -312,44 +317,6 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
             if counters["webhook_calls"] else None, "cpu_s": cpu}
 
 
-def _packing(name: str, real: dict, replay: dict) -> None:
-    per_pod = [p["gpus"] / p["pods"] if p["pods"] else 0.0 for p in (real, replay)]
-    print(f"k8s_{name}packing_gpus_per_pod={per_pod[0]:.3f}")
-    print(f"k8s_{name}packing_ratio={per_pod[0] / per_pod[1] if per_pod[1] else 0.0:.3f}")
-    print(f"packing{' (' + name.rstrip('_') + ')' if name else ''}: {real['gpus']} GPUs for "
-          f"{real['pods']} GPU pods through kube-scheduler vs {replay['gpus']} for "
-          f"{replay['pods']} in the in-process replay of the same pods (GPUs per pod "
-          f"{per_pod[0]:.3f} vs {per_pod[1]:.3f})")
-
-
-def report(ours: dict, alone: dict, dra, replay: dict, total: int) -> None:
-    """Prints the runs, their ratios to kube-scheduler alone, where the time went and packing
-    vs the replay."""
-    runs = [("extender", ours), ("dra", dra), ("scheduler_alone", alone)]
-    runs = [(k, r) for k, r in runs if r is not None]
-    for _, r in runs:
-        print(json.dumps(r))
-    for key, r in runs:
-        print(f"k8s_{key}_pods_per_s={r['pods_per_s']:.1f}")
-        print(f"k8s_{key}_p50_ms={r['p50_ms']:.0f}" if r["p50_ms"] is not None else "")
-        print(f"k8s_{key}_p99_ms={r['p99_ms']:.0f}" if r["p99_ms"] is not None else "")
-    base = alone["pods_per_s"]
-    for key, r in runs[:-1]:
-        name = "k8s_throughput" if key == "extender" else f"k8s_{key}_throughput"
-        print(f"{name}_ratio={r['pods_per_s'] / base if base else 0.0:.2f}")
-        print(f"{key} / kube-scheduler alone: {r['pods_per_s'] / base if base else 0.0:.2f} "
-              f"of the throughput ({r['pods_per_s']:.1f} vs {base:.1f} pods/s; {r['bound']} "
-              f"and {alone['bound']} of {total} pods bound); API server writes per pod "
-              f"{r['apiserver_writes_per_pod']} vs {alone['apiserver_writes_per_pod']}, "
-              f"single-object reads {r['apiserver_reads_per_pod']} vs "
-              f"{alone['apiserver_reads_per_pod']}; CPU seconds {r['cpu_s']}")
-    print(f"CPU seconds during kube-scheduler alone: {alone['cpu_s']}")
-    if ours is not None:
-        _packing("", ours["packing"], replay)
-    if dra is not None:
-        _packing("dra_", dra["packing"], replay)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=1000, help="first N pods of the default list")
@@ -362,6 +329,8 @@ def main() -> int:
                     help="one more hami-control flag (repeat), e.g. --control-arg=--threads=32")
     ap.add_argument("--no-dra", dest="dra", action="store_false",
                     help="leave out the DRA run (kube-scheduler allocating claims of our driver)")
+    ap.add_argument("--no-dra-prioritize", dest="scores", action="store_false",
+                    help="leave out the DRA run through hami-scheduler's prioritize extender")
     ap.add_argument("--no-extender", dest="extender", action="store_false",
                     help="leave out the extender run (DRA and kube-scheduler alone only)")
     ap.add_argument("--nodes-to-score", type=int, default=None, metavar="PERCENT",
@@ -385,7 +354,7 @@ def main() -> int:
         c.scheduler_settings = {"percentageOfNodesToScore": args.nodes_to_score}
         print(f"percentageOfNodesToScore: {args.nodes_to_score} in every kube-scheduler",
               flush=True)
-    dra = ours = None
+    dra = ours = scored = None
     c.control_args = ["--handshake-interval", "0", "--log-level", "warning",
                       *args.control_arg]
     try:
@@ -406,12 +375,16 @@ def main() -> int:
             profile = (args.profile, c.root / "dra-scheduler.pprof") if args.profile else None
             dra = run(c, pods, "bench-dra", "default-scheduler", args.threads, agent=False,
                       dra=True, profile=profile)
+            if args.scores:
+                clear_claims(c, "bench-dra", args.threads)     # the same GPUs free again
+                scored = run(c, pods, "bench-dra-scores", C.SCHEDULER_NAME, args.threads,
+                             agent=False, dra=True, scores=True)
         alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)
     finally:
         c.stop()
         if args.keep or args.profile:
             print(f"logs kept in {c.logs}", file=sys.stderr)
-    report(ours, alone, dra, packing_replay(nodes, pods), len(pods))
+    report(ours, alone, dra, packing_replay(nodes, pods), len(pods), scored)
     return 0
 
 

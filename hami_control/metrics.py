@@ -133,7 +133,7 @@ class ControlMetrics:
         self.latency = {
             verb: Histogram(f"hami_control_{verb}_seconds", f"Time to answer a {verb} call",
                             buckets=_BUCKETS, registry=self.registry)
-            for verb in ("filter", "bind", "preempt", "webhook")}
+            for verb in ("filter", "bind", "preempt", "prioritize", "webhook")}
         self.results = Counter("hami_control_results", "Answers by endpoint and result",
                                ["endpoint", "result"], registry=self.registry)
 

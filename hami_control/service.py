@@ -5,6 +5,7 @@ from datetime import timedelta
 from typing import Optional
 
 from hami_control.claims.gate import QuotaGate
+from hami_control.claims.nodes import DraNodes
 from hami_control.claims.published import PublishedGpus
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.ca_bundle import WebhookCaBundle
@@ -21,6 +22,7 @@ from hami_control.extender.bind import BindHandler
 from hami_control.extender.filter import FilterHandler
 from hami_control.extender.lock import NodeLocker
 from hami_control.extender.preempt import PreemptHandler
+from hami_control.extender.prioritize import PrioritizeHandler
 from hami_control.extender.writes import DecisionWriter
 from hami_control.kueue.controller import KueueCheck
 from hami_control.metrics import ControlMetrics
@@ -68,6 +70,7 @@ class ControlPlane:
             if config.dashboard else None
         self.dra_templates = DraTemplates(api, clock)
         self.published = PublishedGpus(api, clock)
+        self.dra_nodes = DraNodes(clock)
         self.quota_gate = QuotaGate(self.state, api, self.published,
                                     lambda: self.leader.is_leader, clock,
                                     synced=lambda: self.sync.synced)
@@ -78,7 +81,7 @@ class ControlPlane:
                                               config.all_pods),
                                 quotas=config.quotas, budgets=config.preemption != "off",
                                 on_pod=self._on_pod, claims=True,
-                                whole_mib=self.published.whole_mib)
+                                whole_mib=self.published.whole_mib, dra_nodes=self.dra_nodes)
         self.status_writer = StatusWriter(self.state, api, config.status_period_s,
                                           is_leader=lambda: self.leader.is_leader,
                                           quotas=config.quotas, node_info=self.sync.node_info)
@@ -99,7 +102,8 @@ class ControlPlane:
                                       self.readyz, self.metrics.render, self.metrics.observe,
                                       self.metrics.result,
                                       leading=lambda: self.leader.is_leader,
-                                      preempt=self.preempt), config.max_body)
+                                      preempt=self.preempt, prioritize=self.prioritize),
+                              config.max_body)
         self.kueue = KueueCheck(self.state, api, config.defaults, lambda: self.leader.is_leader,
                                 config.kueue_check, config.kueue_period_s) \
             if config.kueue_check else None
@@ -119,6 +123,8 @@ class ControlPlane:
         self.preempt = PreemptHandler(self.state, self.leader, config.defaults, self.metrics,
                                       synced=lambda: self.sync.synced,
                                       enabled=config.preemption != "off")
+        self.prioritize = PrioritizeHandler(self.dra_nodes, lambda: self.sync.synced,
+                                            self.metrics)
         self.bind = BindHandler(self.state, api, self.leader, locker, clock,
                                 config.scheduler_name, config.defaults, self.metrics,
                                 synced=lambda: self.sync.synced, writer=self.writer,

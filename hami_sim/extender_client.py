@@ -106,6 +106,11 @@ class ExtenderClient(JsonHttp):
         """ExtenderFilterResult for pod over node_names (nodeCacheCapable)."""
         return self._ok("/filter", {"Pod": pod, "NodeNames": list(node_names), "Nodes": None})
 
+    def prioritize(self, pod: dict, node_names) -> list:
+        """HostPriorityList for pod over node_names (nodeCacheCapable)."""
+        return self._ok("/prioritize", {"Pod": pod, "NodeNames": list(node_names),
+                                        "Nodes": None})
+
     def bind(self, namespace: str, name: str, uid: str, node: str) -> dict:
         """ExtenderBindingResult."""
         return self._ok("/bind", {"PodName": name, "PodNamespace": namespace, "PodUID": uid,

@@ -39,7 +39,8 @@ class WatchSource(Protocol):
 
     def list(self, kind: str, field_selector: str = "") -> tuple:
         """(items, resourceVersion) of all `nodes`, `pods`, `resourcequotas`,
-        `poddisruptionbudgets` or `resourceclaims` (matching the field selector)."""
+        `poddisruptionbudgets`, `resourceclaims` or `resourceslices` (matching the field
+        selector)."""
 
     def watch(self, kind: str, resource_version: str, timeout_s: float,
               field_selector: str = "") -> Iterator[tuple]:

@@ -141,8 +141,11 @@ class KubeApi:
         if kind == "resourceclaims":
             from kubernetes import client
             return client.ResourceV1Api(self._client).list_resource_claim_for_all_namespaces
+        if kind == "resourceslices":
+            from kubernetes import client
+            return client.ResourceV1Api(self._client).list_resource_slice
         raise ValueError(f"cannot list {kind!r}; nodes, pods, resourcequotas, "
-                         "poddisruptionbudgets or resourceclaims")
+                         "poddisruptionbudgets, resourceclaims or resourceslices")
 
     def list(self, kind: str, field_selector: str = "") -> tuple:
         """Every object, in pages (a large cluster's pods in one answer cost the API server

@@ -1,7 +1,8 @@
 """ClusterSync: keeps the SchedulerState current from the API server by list + watch.
 
 One thread per kind (nodes, pods, resourcequotas unless quotas are off, the DRA driver's
-resourceclaims unless claims are off): list, apply,
+resourceclaims unless claims are off, its resourceslices when the DRA nodes are modelled for
+the extender's prioritize): list, apply,
 watch from the list's version; a watch that ends or breaks is resumed from the last version
 seen, a 410 (version too old) or a resync period leads to a fresh list, reconciled with what
 the state holds. One more thread applies the handshake rule as time passes and, on the leader,
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hami_common.constants import (ANNO_NODE_GPU_SUMMARY, ANNO_NODE_HANDSHAKE, ANNO_NODE_LOCK,
-                                   POD_FINISHED_PHASES, SCHEDULER_NAME)
+                                   DRA_DRIVER, POD_FINISHED_PHASES, SCHEDULER_NAME)
 from hami_common.errors import HamiFormatError
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster import handshake
@@ -30,9 +31,11 @@ KINDS = ("nodes", "pods")
 QUOTAS = "resourcequotas"
 BUDGETS = "poddisruptionbudgets"
 CLAIMS = "resourceclaims"
+SLICES = "resourceslices"
 # Kinds a cluster may not serve (resource.k8s.io/v1 is 1.34+) or RBAC may not grant: without
 # them hami-control works on, counting less, and says so.
-OPTIONAL = {CLAIMS: "DRA claims are not counted against namespace GPU quotas"}
+OPTIONAL = {CLAIMS: "DRA claims are not counted against namespace GPU quotas",
+            SLICES: "DRA claim pods get no node scores (prioritize answers 0)"}
 # The pods kube-scheduler's own informer watches: "status.phase!=Succeeded,status.phase!=Failed".
 UNFINISHED = ",".join(f"status.phase!={phase}" for phase in POD_FINISHED_PHASES)
 
@@ -84,14 +87,16 @@ class ClusterSync:
                  pods: PodScope = PodScope(), quotas: bool = True, budgets: bool = False,
                  on_pod: Callable[[dict, bool], None] = lambda pod, deleted: None,
                  claims: bool = False,
-                 whole_mib: Callable[[str, str], int] = lambda pool, device: 0):
+                 whole_mib: Callable[[str, str], int] = lambda pool, device: 0,
+                 dra_nodes=None):
         self.source, self.state, self.clock = source, state, clock
         self.resync_s, self.backoff_s = resync_s, backoff_s
         self.pods, self.on_pod = pods, on_pod
         self.kinds = KINDS + ((QUOTAS,) if quotas else ()) + ((BUDGETS,) if budgets else ()) \
-            + ((CLAIMS,) if claims else ())
+            + ((CLAIMS,) if claims else ()) + ((SLICES,) if dra_nodes is not None else ())
         self.selectors = {"nodes": "", "pods": pods.selector, QUOTAS: "", BUDGETS: "",
-                          CLAIMS: ""}
+                          CLAIMS: "", SLICES: f"spec.driver={DRA_DRIVER}"}
+        self.dra_nodes = dra_nodes        # claims/nodes.DraNodes: fed nodes, pods, claims
         self.whole_mib = whole_mib
         self.handshake_interval_s, self.writer, self.is_leader = \
             handshake_interval_s, writer, is_leader
@@ -192,7 +197,13 @@ class ClusterSync:
         elif kind == BUDGETS:
             self.state.reconcile_budgets(_namespaced_id(o) for o in items)
         elif kind == CLAIMS:
-            self.state.claims.reconcile_claims("/".join(_namespaced_id(o)) for o in items)
+            keys = ["/".join(_namespaced_id(o)) for o in items]
+            self.state.claims.reconcile_claims(keys)
+            if self.dra_nodes is not None:
+                self.dra_nodes.reconcile_claims(keys)
+        elif kind == SLICES:
+            self.dra_nodes.reconcile_slices((o.get("metadata") or {}).get("name")
+                                            for o in items)
         else:
             self._reconcile_nodes({(o.get("metadata") or {}).get("name") for o in items})
         self._synced[kind].set()
@@ -209,6 +220,8 @@ class ClusterSync:
                                     parse_pdb(obj))
         elif kind == CLAIMS:
             self._apply_claim(obj, deleted=etype == "DELETED")
+        elif kind == SLICES:
+            self.dra_nodes.apply_slice(obj, deleted=etype == "DELETED")
         else:
             self._apply_node(obj, deleted=etype == "DELETED")
 
@@ -226,6 +239,8 @@ class ClusterSync:
                             "nothing: %s",
                             key, e)
         self.state.apply_pod(key, resource_version(pod), reservation, deleted)
+        if self.dra_nodes is not None:
+            self.dra_nodes.apply_pod(pod, deleted)
         self.on_pod(pod, deleted)
 
     # --- quotas --------------------------------------------------------------------------
@@ -247,6 +262,8 @@ class ClusterSync:
             log.warning("%s; the claim is counted as holding nothing", e)
             use = None
         self.state.claims.apply_claim(key, use)
+        if self.dra_nodes is not None:
+            self.dra_nodes.apply_claim(key, use)
 
     # --- nodes ---------------------------------------------------------------------------
     def _registration(self, name: str, node: dict, source: tuple):
@@ -270,6 +287,8 @@ class ClusterSync:
         name = meta.get("name")
         if not name:
             return
+        if self.dra_nodes is not None:
+            self.dra_nodes.apply_node(node, deleted)
         if deleted:
             with self._nodes_lock:
                 self._nodes.pop(name, None)

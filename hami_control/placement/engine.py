@@ -96,6 +96,23 @@ class Engine:
         return Decision(node.name, plan_devices(node, request.containers, plan),
                         float(scores[chosen]), policy=policy, mig=plan_mig(node, plan))
 
+    def node_scores(self, view, request, nodes: Optional[Iterable[str]] = None) -> dict:
+        """name -> the node policy's score (normalised as it compares them) of every node the
+        pod fits on, among `nodes` when given: what `place` chooses from, for a scheduler
+        that chooses itself (the extender's prioritize for DRA claim pods)."""
+        node_policy, gpu_policy = self._policies(view, request)
+        if self.config.learn:
+            self.registry.observe(request)
+        entry = self._entry(view, request, node_policy, gpu_policy)
+        mask = None if nodes is None else view.candidates(nodes)[0]
+        scores = entry.scores if mask is None else np.where(mask, entry.scores, -np.inf)
+        fits = np.flatnonzero(scores > -np.inf)
+        if fits.size == 0:
+            return {}
+        normalized = node_policy.normalize(scores[fits])
+        return {view.nodes[pos].name: float(value)
+                for pos, value in zip(fits.tolist(), normalized.tolist())}
+
     def _choose(self, fits, scores, random_ties: bool) -> int:
         best = np.flatnonzero(scores == scores.max())
         if len(best) > 1 and random_ties:

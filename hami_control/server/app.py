@@ -38,6 +38,8 @@ class Endpoints:
     leading: Callable[[], bool] = lambda: True
     # kube-scheduler's preempt verb (extender/preempt.py); without it, no preemption offered
     preempt: Callable[[object], dict] = lambda body: {"NodeNameToMetaVictims": {}}
+    # kube-scheduler's prioritize verb (extender/prioritize.py): a HostPriorityList
+    prioritize: Callable[[object], list] = lambda body: []
 
 
 def _json(status: int, body, close: bool = False) -> bottle.HTTPResponse:
@@ -121,6 +123,7 @@ def make_app(endpoints: Endpoints, max_body: int) -> bottle.Bottle:
     verb("filter", endpoints.filter, leader_only=True)
     verb("bind", endpoints.bind, leader_only=True)
     verb("preempt", endpoints.preempt, leader_only=True)
+    verb("prioritize", endpoints.prioritize)
 
     def probe(check: Callable[[], tuple], role: bool = False):
         def route():

@@ -10,7 +10,8 @@ Rules, in order (HAMi's, with its defaults):
    configured (--runtime-class) and the pod names none, and `nvidia.com/gpu` (the default
    count) on containers that give memory or cores without a count;
 4. or, for a pod opted in to DRA (`hami.io/dra: "true"` on it or its namespace), a patch that
-   turns its nvidia.com/* resources into ResourceClaims (webhook/dra.py), and in a namespace
+   turns its nvidia.com/* resources into ResourceClaims (webhook/dra.py) and gives it our
+   scheduler (whose prioritize extender scores the nodes for its claims), and in a namespace
    with a GPU quota adds the quota's scheduling gate (claims/gate.py lifts it).
 Answered in the AdmissionReview version it was asked in (admission.k8s.io/v1 or v1beta1).
 """
@@ -144,6 +145,10 @@ class Webhook:
         asks = {c.name: c for c in parse_pod(pod, self.defaults).containers if c.nums}
         with_gpus = [(path, c) for path, c in asking if c.get("name") in asks]
         ops = dra_patch(spec, meta, with_gpus, asks, gate=gate) if with_gpus else []
+        if with_gpus and spec.get("schedulerName") != self.scheduler_name:
+            # kube-scheduler allocates the claims; ours asks hami-control for node scores
+            ops.append({"op": "add", "path": "/spec/schedulerName",
+                        "value": self.scheduler_name})
         # A container asking only for nvidia.com/priority keeps no nvidia.com/* resource
         # either: no node offers them to a claim user.
         return ops + [op for path, c in asking if c.get("name") not in asks

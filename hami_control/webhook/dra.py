@@ -55,7 +55,9 @@ def removals(path: str, ctr: Mapping) -> list:
     return ops
 
 
-def _ask_dict(ask: ContainerRequest) -> dict:
+def ask_record(ask: ContainerRequest) -> dict:
+    """What the pod's hami.io/dra-claims records of one template's ask (`recorded_asks` reads
+    it)."""
     return {"container": ask.name, "nums": ask.nums, "memMiB": ask.mem_mib,
             "memPercent": ask.mem_percent, "cores": ask.cores}
 
@@ -70,7 +72,7 @@ def dra_patch(spec: Mapping, meta: Mapping, asking, asks: Mapping,
     prefix = f"{CLAIM_PREFIX}{token()}"
     for n, (path, ctr) in enumerate(asking):
         claim_name, template = f"{CLAIM_PREFIX}{n}", f"{prefix}-{n}"
-        recorded[template] = _ask_dict(asks[ctr.get("name")])
+        recorded[template] = ask_record(asks[ctr.get("name")])
         claims.append({"name": claim_name, "resourceClaimTemplateName": template})
         ops += removals(path, ctr)
         resources = ctr.get("resources") if isinstance(ctr.get("resources"), Mapping) else None

@@ -71,8 +71,15 @@ def test_scheduler_configuration_names_the_extender():
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in config["profiles"]] == [C.SCHEDULER_NAME]
-    (extender,) = config["extenders"]
+    extender, scores = config["extenders"]
     assert set(extender) <= EXTENDER_KEYS and set(extender["tlsConfig"]) <= TLS_KEYS
+    # node scores for DRA claim pods: asked about every pod, never holding one
+    assert set(scores) <= EXTENDER_KEYS and scores["prioritizeVerb"] == "prioritize"
+    assert "managedResources" not in scores and scores["ignorable"] is True
+    assert not {"filterVerb", "bindVerb", "preemptVerb"} & set(scores)
+    assert scores["weight"] == 20 and scores["nodeCacheCapable"] is True
+    assert (scores["urlPrefix"], scores["tlsConfig"]) == (extender["urlPrefix"],
+                                                          extender["tlsConfig"])
     assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
     assert extender["preemptVerb"] == "preempt"
     assert extender["nodeCacheCapable"] is True and extender["enableHTTPS"] is True

@@ -2,6 +2,8 @@
 hami-node left on the node."""
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 
 from hami_common.constants import DRA_DEVICE_CLASS, DRA_DRIVER
@@ -105,3 +107,32 @@ def claim_cache(cluster, claim_uid: str):
 def wait_until(what: str, check, timeout: float = 60.0):
     """Polls check() every half second until it returns something true; that value."""
     return wait_for(check, timeout, what, 0.5)
+
+
+@contextlib.contextmanager
+def kubelet_less_node(cluster, name: str, slice_doc: dict):
+    """A Node object with no kubelet behind it (64 CPUs, 256 GiB, Ready; its taints are
+    tolerated by the pods meant for it) and a ResourceSlice publishing the GPUs `slice_doc`
+    publishes: kube-scheduler may bind pods to it and allocate claims there (nothing runs).
+    Removed, with the pods bound to it, at the end."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.kubectl("create", "-f", "-", input=json.dumps({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}))
+    size = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+    cluster.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p",
+                    json.dumps({"status": {"capacity": size, "allocatable": size, "conditions": [
+                        {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                         "message": "no kubelet (a test's node)", "lastHeartbeatTime": now,
+                         "lastTransitionTime": now}]}}))
+    twin = {"apiVersion": RESOURCE, "kind": "ResourceSlice", "metadata": {"name": f"{name}-gpus"},
+            "spec": {**slice_doc["spec"], "nodeName": name,
+                     "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}}}
+    cluster.kubectl("create", "-f", "-", input=json.dumps(twin))
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "pods", "--all-namespaces", "--grace-period=0", "--force",
+                        f"--field-selector=spec.nodeName={name}", check=False)
+        cluster.kubectl("delete", "resourceslice", f"{name}-gpus", check=False)
+        cluster.kubectl("delete", "node", name, check=False)

@@ -21,7 +21,8 @@ from hami_sim.realcluster.node import spawn_kubelet
 from hami_sim.realcluster.scenario import container_log, unschedulable_message
 
 from drahelpers import (A100, SLEEP, T4, claim, claim_cache, claim_of_pod, claims_of,
-                        container, node_files, pod, request, results, template, wait_until)
+                        container, kubelet_less_node, node_files, pod, request, results,
+                        template, wait_until)
 from k8shelpers import delete, get, wait_phase
 
 pytestmark = pytest.mark.timeout(3600)
@@ -264,6 +265,53 @@ def test_a_namespace_gpu_quota_holds_dra_pods_and_counts_their_claims(dra):
     wait_phase(c, "q-second", ("Running",), timeout=90, namespace=ns)
     delete(c, "q-second", namespace=ns)
     c.kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_our_node_scores_place_a_claim_pod_where_kube_scheduler_alone_would_not(dra):
+    """The prioritize extender: node-a's first T4 half held by a claim, and beside it node-z,
+    a node without kubelet publishing the same GPUs with 64 CPUs free. kube-scheduler alone
+    (the default scheduler: node scores of CPU and memory, first-fit devices) puts a claim pod
+    on node-z; the webhook's claim pod (hami-scheduler) goes to node-a, where its 7680 MiB
+    fill the used T4, as hami-control's node scores say."""
+    c, ns = dra, "dra-scores"
+    c.kubectl("create", "namespace", ns, check=False)
+    c.kubectl("label", "namespace", ns, "hami.io/dra=true", "--overwrite")
+    c.apply([template("half-t4-a", request(memory="7680Mi", selector=T4)),
+             template("small-t4", request(memory="1Gi", selector=T4))])
+    earlier = pod("earlier", {"gpu": ("template", "half-t4-a")}, container("main", SLEEP, "gpu"))
+    earlier["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "500m"}
+    alone = pod("alone", {"gpu": ("template", "small-t4")}, {
+        **container("main", SLEEP, "gpu"), "image": "hami-k8s.local/never-pulled:1"})
+    ours = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "ours", "namespace": ns,
+                         "annotations": {"nvidia.com/use-gputype": "T4"}},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                     "containers": [{**container("main", SLEEP), "resources": {"limits": {
+                         "nvidia.com/gpu": "1", "nvidia.com/gpumem": "7680"}}}]}}
+    for body in (alone, ours):
+        body["spec"]["tolerations"] = [{"operator": "Exists"}]     # node-z's not-ready taints
+    try:
+        c.apply([earlier])
+        held = wait_phase(c, "earlier", ("Running",), timeout=90)
+        assert held["spec"]["nodeName"] == "node-a"
+        [first] = [r["device"] for cl in claim_of_pod(c, "earlier") for r in results(cl)]
+        with kubelet_less_node(c, "node-z", node_slice(c)):
+            c.apply([alone])
+            assert wait_until("kube-scheduler alone binds a claim pod", lambda: get(
+                c, "alone")["spec"].get("nodeName"), 60) == "node-z"
+            made = json.loads(c.kubectl("create", "-o", "json", "-f", "-",
+                                        input=json.dumps(ours)))
+            assert made["spec"]["schedulerName"] == "hami-scheduler"        # the webhook's
+            node = wait_until("hami-scheduler binds the webhook's claim pod", lambda: get(
+                c, "ours", ns)["spec"].get("nodeName"), 60)
+            assert node == "node-a"
+            [filled] = [r for cl in claim_of_pod(c, "ours", ns) for r in results(cl)]
+            assert (filled["pool"], filled["device"]) == ("node-a", first)   # the used T4
+            assert filled["consumedCapacity"]["memory"] == "7680Mi"
+    finally:
+        delete(c, "ours", namespace=ns)
+        gone(c, "earlier")
+        c.kubectl("delete", "namespace", ns, "--wait=false")
 
 
 def test_with_the_gate_off_claims_get_whole_gpus_as_documented(dra):

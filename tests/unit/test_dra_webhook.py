@@ -115,7 +115,7 @@ def gpu_pod() -> dict:
                 "resourceClaims": [{"name": "mine", "resourceClaimName": "x"}]}}
 
 
-def test_an_opted_in_pod_is_rewritten_to_claims_and_keeps_its_scheduler():
+def test_an_opted_in_pod_is_rewritten_to_claims_and_goes_to_our_scheduler():
     answer = review(gpu_pod(), {"hami.io/dra": "true"})
     pod = apply_patch(gpu_pod(), json.loads(base64.b64decode(answer["patch"])))
     a, b, c = pod["spec"]["containers"]
@@ -125,7 +125,7 @@ def test_an_opted_in_pod_is_rewritten_to_claims_and_keeps_its_scheduler():
     assert c["resources"]["limits"] == {}
     refs = pod["spec"]["resourceClaims"]
     assert [r["name"] for r in refs] == ["mine", "hami-gpu-0", "hami-gpu-1"]
-    assert "schedulerName" not in pod["spec"]
+    assert pod["spec"]["schedulerName"] == "hami-scheduler"     # for the prioritize extender
     asks = recorded_asks(pod)
     assert sorted(asks) == sorted(r["resourceClaimTemplateName"] for r in refs[1:])
     by_ctr = {v.name: v for v in asks.values()}

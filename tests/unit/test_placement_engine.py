@@ -207,3 +207,16 @@ def test_a_mig_or_mps_gpu_takes_no_hami_core_slice():
     view.reserve(Reservation.of(request(mem=1000), decision))
     refused = place(view, request(mem=16000), BINPACK, nodes=["a"])
     assert refused.failed == {"a": "2/2 CardModeMismatch"}
+
+
+@pytest.mark.parametrize("policy", SERVER_POLICIES)
+def test_node_scores_are_what_place_chooses_from(policy):
+    view = view_of({"a": [gpu("a0", mem=16000)], "b": [gpu("b0", mem=16000)],
+                    "c": [gpu("c0", mem=4000)]})
+    view.reserve(Reservation("t/old", "b", ((ContainerDevice("b0", 8000, 0),),)))
+    engine = Engine(PlacementConfig(node_policy=policy, gpu_policy=policy))
+    ask = request(mem=6000)
+    scores = engine.node_scores(view, ask)
+    assert set(scores) == {"a", "b"}                     # c's 4000 MiB cannot hold it
+    assert engine.place(view, ask).node == max(scores, key=scores.get)
+    assert set(engine.node_scores(view, ask, ["b", "c", "zz"])) == {"b"}

@@ -197,12 +197,15 @@ def leftovers(snap: Snapshot, first_seen: dict, bounds: Bounds = Bounds()) -> li
 
 
 def endings(snap: Snapshot) -> list:
-    """Every finished pod ended as its workload says (annotation soak.hami.io/expect)."""
+    """Every finished pod ended as its workload says (annotation soak.hami.io/expect),
+    unless it was deleted (a pod stopped by its deletion ends as the deletion says)."""
     found = []
     for pod in snap.pods:
-        want = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNO_EXPECT)
+        meta = pod.get("metadata") or {}
+        want = (meta.get("annotations") or {}).get(ANNO_EXPECT)
         status = pod.get("status") or {}
-        if want and finished(pod) and status.get("phase") != want:
+        if want and finished(pod) and status.get("phase") != want and \
+                not meta.get("deletionTimestamp"):
             why = status.get("reason") or ""
             for st in status.get("containerStatuses") or []:
                 term = (st.get("state") or {}).get("terminated") or {}

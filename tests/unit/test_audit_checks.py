@@ -164,7 +164,9 @@ def test_endings_as_the_workload_says():
     bad = pod("bad", phase="Failed", expect="Succeeded", reason="UnexpectedAdmissionError",
               message="Allocate failed")
     running = pod("running", expect="Succeeded")
-    (v,) = checks.endings(snap(pods=[ok, bad, running]))
+    stopped = pod("stopped", phase="Failed", expect="Succeeded")    # deleted while running
+    stopped["metadata"]["deletionTimestamp"] = stamp(1)
+    (v,) = checks.endings(snap(pods=[ok, bad, running, stopped]))
     assert v.objects == ("pod/default/bad",) and "UnexpectedAdmissionError" in v.message
 
 

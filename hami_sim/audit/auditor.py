@@ -22,10 +22,14 @@ class Auditor:
         self.passes = 0
         self.missed = 0                      # passes without a snapshot (API down)
         self.missed_why: list = []
+        self.pod_processes: set = set()      # pids of pods' processes it checked
+        self.pods_seen: set = set()          # uids of the pods it checked
 
     def observe(self, snap: Snapshot) -> list:
         """The violations new in this snapshot (each also kept and printed)."""
         self.passes += 1
+        self.pod_processes.update(p.pid for p in snap.processes if p.pod_uid)
+        self.pods_seen.update((p.get("metadata") or {}).get("uid") for p in snap.pods)
         new = []
         for v in checks.run_all(snap, self.first_seen, self.bounds):
             if v.key not in self._keys:

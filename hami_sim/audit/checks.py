@@ -56,14 +56,17 @@ def _container_of(pod: dict, container_id: str) -> str:
 
 def process_caps(snap: Snapshot, bounds: Bounds = Bounds()) -> list:
     """No container's processes hold more on a GPU, by the driver's count, than the memory
-    its pod was given there, nor use a GPU it was not given."""
+    its pod was given there, nor use a GPU it was not given. A process whose container kubelet
+    has not reported in the pod's status yet is judged in a later pass."""
     pods = {(p.get("metadata") or {}).get("uid"): p for p in snap.pods}
     totals = {}
     for proc in snap.processes:
         pod = pods.get(proc.pod_uid)
         if pod is None:
             continue                       # not a pod's process (or a pod already gone)
-        ctr = _container_of(pod, proc.container_id) or "?"
+        ctr = _container_of(pod, proc.container_id)
+        if not ctr:
+            continue                       # kubelet has not reported the container yet
         entry = totals.setdefault((key(pod), ctr, proc.uuid), [0, [], pod])
         entry[0] += proc.used_bytes
         entry[1].append(proc.pid)

@@ -85,13 +85,13 @@ def usage(nodes: list, pods: list) -> tuple:
             for dev in ctr:
                 use = gpus.get(dev.uuid)
                 if use is None:
-                    unknown.setdefault(dev.uuid, []).append(key(pod))
+                    unknown.setdefault(dev.uuid, []).append(f"pod/{key(pod)}")
                     continue
                 use.mem += dev.usedmem
                 use.cores += dev.usedcores
                 use.tasks += 1
                 use.exclusive = use.exclusive or dev.usedcores >= 100
-                use.pods.append(key(pod))
+                use.pods.append(f"pod/{key(pod)}")
     return gpus, unknown
 
 

@@ -61,5 +61,5 @@ class Bounds:
     pending_s: float = 120.0          # unbound while a GPU could hold the pod
     bound_start_s: float = 180.0      # bound to a node but not running yet
     lock_age_s: float = 90.0          # a node's bind lock held
-    leftover_s: float = 180.0         # an accounting directory or claim after its pod
+    leftover_s: float = 120.0         # an accounting directory or claim after its pod
     cap_slack_bytes: int = 0          # the driver's count may exceed the cap by this much

@@ -63,7 +63,7 @@ def test_overcommit_passes_when_shares_fit_and_names_the_pods_when_not():
     (v,) = checks.overcommit(snap(pods=over))
     assert v.check == "overcommit" and "memory 42000 MiB of 40960" in v.message
     assert "cores 110% of 100" in v.message
-    assert v.objects == (f"gpu/{GPU0}", "default/a", "default/b", "default/c")
+    assert v.objects == (f"gpu/{GPU0}", "pod/default/a", "pod/default/b", "pod/default/c")
 
 
 def test_overcommit_whole_card_shared_and_unknown_gpu():
@@ -105,6 +105,9 @@ def test_process_on_a_gpu_it_was_not_given():
     (v,) = checks.process_caps(snap(pods=[p], processes=[
         DriverProcess(GPU1, 5, 10 * MIB, "uid-wanderer", "c1")]))
     assert "which it was not given" in v.message and f"gpu/{GPU1}" in v.objects
+    # Its container not in the pod's status yet (kubelet reports it a moment later).
+    assert checks.process_caps(snap(pods=[p], processes=[
+        DriverProcess(GPU1, 5, 10 * MIB, "uid-wanderer", "c2")])) == []
 
 
 A100_HALF = {C.RESOURCE_GPU: "1", C.RESOURCE_MEM: "20000", C.RESOURCE_CORES: "50"}

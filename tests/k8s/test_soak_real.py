@@ -85,8 +85,8 @@ def rogue_binder(found: dict):
 
 def test_a_bind_that_skips_the_lock_is_reported(soak_cluster):
     found: dict = {}
-    options = SoakOptions(duration_s=45, rate=0.2, kinds=(), drain_s=120,
-                          shape=Shape(short_s=(20, 30), long_s=(20, 30)))
+    options = SoakOptions(duration_s=35, rate=0.2, kinds=(), wait_cleanup=False,
+                          shape=Shape(short_s=(15, 25), long_s=(15, 25)))
     soak = Soak(soak_cluster, options, out=sys.stdout, side=rogue_binder(found))
     report = soak.run()
     print(report.text())

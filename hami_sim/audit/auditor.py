@@ -24,12 +24,15 @@ class Auditor:
         self.missed_why: list = []
         self.pod_processes: set = set()      # pids of pods' processes it checked
         self.pods_seen: set = set()          # uids of the pods it checked
+        self.metrics_samples = 0             # container usage samples read from /metrics
+        self.errors: list = []               # passes that failed in the auditor itself
 
     def observe(self, snap: Snapshot) -> list:
         """The violations new in this snapshot (each also kept and printed)."""
         self.passes += 1
         self.pod_processes.update(p.pid for p in snap.processes if p.pod_uid)
         self.pods_seen.update((p.get("metadata") or {}).get("uid") for p in snap.pods)
+        self.metrics_samples += (snap.metrics or "").count("vGPU_device_memory_usage_in_bytes{")
         new = []
         for v in checks.run_all(snap, self.first_seen, self.bounds):
             if v.key not in self._keys:
@@ -64,7 +67,10 @@ class AuditLoop:
     def _run(self) -> None:
         from hami_sim.audit.collect import SourceError
         while not self._stop.is_set():
-            self.once(SourceError)
+            try:
+                self.once(SourceError)
+            except Exception as e:        # kept and reported: a soak with one is not clean
+                self.auditor.errors.append(f"{type(e).__name__}: {e}")
             self._stop.wait(self.interval)
 
     def once(self, tolerated=()) -> list:

@@ -59,12 +59,12 @@ def accounting_dirs(shim_dir: Path) -> list:
 
 def fetch_metrics(url: str, timeout: float = 3.0) -> Optional[str]:
     """hami-node's /metrics text (None when it does not answer: it may be restarting)."""
-    if not url:
+    if not url or url == "-":              # hami-node prints '-' when metrics are off
         return None
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             return resp.read().decode(errors="replace")
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
@@ -114,5 +114,6 @@ def real_cluster_source(cluster) -> ClusterSource:
 
     def url() -> str:
         base = node.metrics_url
-        return base if not base or base.endswith("/metrics") else base.rstrip("/") + "/metrics"
+        return base if base in ("", "-") or base.endswith("/metrics") \
+            else base.rstrip("/") + "/metrics"
     return ClusterSource(api, node.state_dir, node.shim_dir, url)

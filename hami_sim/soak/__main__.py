@@ -4,6 +4,7 @@ a fault was not recovered or something does not serve at the end."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from hami_sim.audit.model import Bounds
@@ -36,6 +37,9 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown fault kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
     from hami_sim.realcluster.cluster import RealCluster
+    # The client's retry warnings while a fault has the API server down: the soak counts
+    # those moments itself.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     options = SoakOptions(duration_s=args.duration, rate=args.rate, seed=args.seed,
                           kinds=kinds, fault_gap_s=args.fault_gap,
                           bounds=Bounds(pending_s=args.pending_bound,

@@ -41,6 +41,8 @@ class SoakReport:
     audit_missed: int = 0
     audit_pods: int = 0
     audit_processes: int = 0
+    audit_metrics: int = 0
+    audit_errors: list = field(default_factory=list)
     latency_all: list = field(default_factory=list)     # GPU pods, creation -> started
     latency_quiet: list = field(default_factory=list)   # ... no fault before it started
     latency_slo: list = field(default_factory=list)     # ... and never waited for GPU room
@@ -74,6 +76,8 @@ class SoakReport:
         r.audit_passes, r.audit_missed = soak.auditor.passes, soak.auditor.missed
         r.audit_pods = len(soak.auditor.pods_seen)
         r.audit_processes = len(soak.auditor.pod_processes)
+        r.audit_metrics = soak.auditor.metrics_samples
+        r.audit_errors = list(soak.auditor.errors)
         for life in lives:
             if life.pod.gpu and life.started:
                 # startedAt is whole seconds (truncated): its upper bound, + 1 s.
@@ -112,9 +116,11 @@ class SoakReport:
         lines += [f"  NOT RECOVERED: {u}" for u in self.unrecovered]
         lines.append(f"violations: {len(self.violations)} (auditor: {self.audit_passes} "
                      f"passes, {self.audit_missed} without an answer from the API server; "
-                     f"{self.audit_pods} pods and {self.audit_processes} pod processes on the "
-                     f"simulated GPUs checked)")
+                     f"{self.audit_pods} pods, {self.audit_processes} pod processes on the "
+                     f"simulated GPUs and {self.audit_metrics} container samples of hami-node's "
+                     f"metrics checked)")
         lines += [f"  {v}" for v in self.violations]
+        lines += [f"  AUDITOR ERROR: {e}" for e in self.audit_errors[:10]]
         lines.append("pod start latency, creation -> container started (startedAt has whole "
                      "seconds: + 1 s, an upper bound):")
         for label, values in (("all GPU pods", self.latency_all),
@@ -131,5 +137,7 @@ class SoakReport:
 
     @property
     def ok(self) -> bool:
-        """No violation, every fault recovered, everything serving at the end."""
-        return not self.violations and not self.unrecovered and not self.not_serving
+        """No violation, every fault recovered, everything serving at the end, no pass that
+    failed in the auditor itself."""
+        return not (self.violations or self.unrecovered or self.not_serving
+                    or self.audit_errors)

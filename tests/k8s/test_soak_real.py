@@ -31,10 +31,10 @@ def test_short_soak_with_every_fault_has_no_violation(soak_cluster):
     assert report.injected == report.planned == len(SHORT.kinds) == 9, report.text()
     assert not report.unrecovered, report.text()
     assert not report.violations, report.text()
-    assert not report.not_serving, report.text()
+    assert not report.not_serving and not report.audit_errors, report.text()
     # The auditor's rules had something to judge: pods, and their processes by the driver.
     assert report.ran >= 10 and report.audit_passes >= 20, report.text()
-    assert report.audit_processes >= 3, report.text()
+    assert report.audit_processes >= 3 and report.audit_metrics >= 3, report.text()
 
 
 def rogue_binder(found: dict):

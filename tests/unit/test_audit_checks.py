@@ -2,6 +2,7 @@
 objects involved when its rule is broken."""
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -200,3 +201,25 @@ def test_pod_of_pid_reads_the_cgroup(tmp_path):
     (tmp_path / "43" / "cgroup").write_text("12:memory:/user.slice\n")
     assert pod_of_pid(42, tmp_path) == (uid, cid)
     assert pod_of_pid(43, tmp_path) == ("", "") and pod_of_pid(44, tmp_path) == ("", "")
+
+
+def test_audit_loop_counts_missed_passes_and_keeps_its_own_errors():
+    from hami_sim.audit.auditor import AuditLoop
+    from hami_sim.audit.collect import SourceError, fetch_metrics
+    calls = []
+
+    def source():
+        calls.append(1)
+        if len(calls) == 1:
+            raise SourceError("GET /api/v1/pods: connection refused")
+        if len(calls) == 2:
+            raise KeyError("spec")
+        return snap(pods=[pod("a", [(GPU0, 40960, 100)]), pod("b", [(GPU0, 1, 0)])])
+    loop = AuditLoop(Auditor(), source, interval=0.01).start()
+    deadline = time.monotonic() + 10
+    while len(calls) < 4 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    found = loop.stop(final_pass=False)
+    assert loop.auditor.missed == 1 and loop.auditor.errors == ["KeyError: 'spec'"]
+    assert [v.check for v in found] == ["overcommit"]
+    assert fetch_metrics("-") is None and fetch_metrics("") is None

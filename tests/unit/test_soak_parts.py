@@ -54,5 +54,8 @@ def test_percentiles_and_the_verdict():
     report = SoakReport(120, 0.2, faults={"etcd-paused": [7.5]}, planned=1)
     assert report.ok and report.injected == 1
     assert "etcd-paused" in report.text() and "violations: 0" in report.text()
+    report.audit_errors.append("KeyError: 'spec'")
+    assert not report.ok and "AUDITOR ERROR: KeyError" in report.text()
+    report.audit_errors.clear()
     report.violations.append(Violation("lock", "node-a locked for 600 s", ("node/node-a",)))
     assert not report.ok and "node-a locked" in report.text()

@@ -16,7 +16,8 @@ class Auditor:
 
     def __init__(self, bounds: Bounds = Bounds(), out: Optional[TextIO] = None):
         self.bounds, self.out = bounds, out
-        self.first_seen: dict = {}
+        self.first_seen: dict = {}           # leftover -> first seen orphaned
+        self.room_since: dict = {}           # pending pod -> room for it first seen
         self.violations: list = []           # each once, in the order found
         self._keys: set = set()
         self.passes = 0
@@ -34,7 +35,7 @@ class Auditor:
         self.pods_seen.update((p.get("metadata") or {}).get("uid") for p in snap.pods)
         self.metrics_samples += (snap.metrics or "").count("vGPU_device_memory_usage_in_bytes{")
         new = []
-        for v in checks.run_all(snap, self.first_seen, self.bounds):
+        for v in checks.run_all(snap, self.first_seen, self.bounds, self.room_since):
             if v.key not in self._keys:
                 self._keys.add(v.key)
                 self.violations.append(v)

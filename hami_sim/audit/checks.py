@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Optional
 
 from hami_common import constants as C
 from hami_common import node_lock
@@ -103,11 +104,15 @@ def _condition(pod: dict, kind: str) -> dict:
                  if c.get("type") == kind), {})
 
 
-def pending(snap: Snapshot, bounds: Bounds = Bounds()) -> list:
-    """No GPU pod unbound longer than bounds.pending_s while a node's free room could hold
-    it, and none bound but not started for longer than bounds.bound_start_s."""
+def pending(snap: Snapshot, bounds: Bounds = Bounds(), room_since: Optional[dict] = None) \
+        -> list:
+    """No GPU pod left unbound while a node's free room could hold it, pass after pass, for
+    longer than bounds.pending_s (room_since: pod -> when the room was first seen, the
+    caller's memory between passes, updated here; room that comes and goes starts again), and
+    none bound but not started for longer than bounds.bound_start_s."""
+    room_since = {} if room_since is None else room_since
     gpus, _ = usage(snap.nodes, snap.pods)
-    found = []
+    found, roomy = [], set()
     for pod in snap.pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         if (pod.get("status") or {}).get("phase") != "Pending" or meta.get("deletionTimestamp"):
@@ -123,19 +128,25 @@ def pending(snap: Snapshot, bounds: Bounds = Bounds()) -> list:
             continue
         if spec.get("schedulerName") != C.SCHEDULER_NAME:
             continue
-        waited = _age(snap, meta.get("creationTimestamp"))
-        if waited <= bounds.pending_s:
-            continue
         try:
             request = parse_pod(pod)
         except (RequestError, HamiFormatError):
             continue                       # refused input is the webhook's business
         node = could_hold(request, gpus)
-        if node:
+        if not node:
+            continue
+        roomy.add(key(pod))
+        since = room_since.setdefault(key(pod), snap.now)
+        waited = (snap.now - since).total_seconds()
+        if waited > bounds.pending_s:
             said = _condition(pod, "PodScheduled").get("message", "")
-            found.append(Violation("pending", f"{key(pod)} Pending {waited:.0f} s while "
-                                   f"{node} has room for it (scheduler: {said[:200]!r})",
+            found.append(Violation("pending", f"{key(pod)} Pending although {node} has had "
+                                   f"room for it for {waited:.0f} s (created "
+                                   f"{_age(snap, meta.get('creationTimestamp')):.0f} s ago; "
+                                   f"scheduler: {said[:200]!r})",
                                    (f"pod/{key(pod)}", f"node/{node}")))
+    for gone in set(room_since) - roomy:
+        del room_since[gone]
     return found
 
 
@@ -247,9 +258,10 @@ def metrics(snap: Snapshot) -> list:
     return found
 
 
-def run_all(snap: Snapshot, first_seen: dict, bounds: Bounds = Bounds()) -> list:
-    """Every rule over one snapshot."""
-    return (overcommit(snap) + process_caps(snap, bounds) + pending(snap, bounds)
+def run_all(snap: Snapshot, first_seen: dict, bounds: Bounds = Bounds(),
+            room_since: Optional[dict] = None) -> list:
+    """Every rule over one snapshot (first_seen, room_since: the caller's memory)."""
+    return (overcommit(snap) + process_caps(snap, bounds) + pending(snap, bounds, room_since)
             + locks(snap, bounds) + leftovers(snap, first_seen, bounds) + endings(snap)
             + metrics(snap))
 

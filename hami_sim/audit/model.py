@@ -58,7 +58,7 @@ class Violation:
 class Bounds:
     """How long things may take before they count as broken (seconds)."""
 
-    pending_s: float = 120.0          # unbound while a GPU could hold the pod
+    pending_s: float = 90.0           # unbound while a node has had room for the pod
     bound_start_s: float = 180.0      # bound to a node but not running yet
     lock_age_s: float = 90.0          # a node's bind lock held
     leftover_s: float = 120.0         # an accounting directory or claim after its pod

@@ -156,10 +156,14 @@ class Faults:
         return time.monotonic() - start
 
     def kubelet_restarted(self) -> float:
-        """kubelet stopped and started (the containers keep running)."""
+        """kubelet stopped and started (the containers keep running); until hami-node has
+        registered with the new one and every GPU is offered (the node's Ready condition
+        alone is the old kubelet's for a while)."""
+        before = self.registrations()
         self.c.stop_component("kubelet")
         start = time.monotonic()
         spawn_kubelet(self.c)
+        until(lambda: self.registrations() > before, "hami-node registered with the new kubelet")
         until(self.node_serving, "kubelet offering every GPU again")
         return time.monotonic() - start
 

@@ -114,14 +114,35 @@ def test_process_on_a_gpu_it_was_not_given():
 A100_HALF = {C.RESOURCE_GPU: "1", C.RESOURCE_MEM: "20000", C.RESOURCE_CORES: "50"}
 
 
-def test_pending_too_long_while_a_gpu_could_hold_it():
-    waiting = pod("waiting", phase="Pending", node_name="", limits=A100_HALF, age=300,
+def later(snapshot: Snapshot, seconds: float) -> Snapshot:
+    snapshot.now = NOW + timedelta(seconds=seconds)
+    return snapshot
+
+
+def test_pending_while_a_node_has_had_room_for_it_longer_than_the_bound():
+    room = {}
+    waiting = pod("waiting", phase="Pending", node_name="", limits=A100_HALF, age=10,
                   conditions=[{"type": "PodScheduled", "status": "False",
                                "message": "0/1 nodes are available"}])
-    (v,) = checks.pending(snap(pods=[waiting]))
+    assert checks.pending(snap(pods=[waiting]), room_since=room) == []     # room seen now
+    (v,) = checks.pending(later(snap(pods=[waiting]), 100), room_since=room)
     assert v.objects == ("pod/default/waiting", "node/node-a") and "0/1 nodes" in v.message
-    young = pod("young", phase="Pending", node_name="", limits=A100_HALF, age=30)
-    assert checks.pending(snap(pods=[young])) == []
+    assert "room for it for 100 s" in v.message
+
+
+def test_room_that_comes_and_goes_starts_the_clock_again():
+    room = {}
+    waiting = pod("waiting", phase="Pending", node_name="", limits=A100_HALF, age=300)
+    blocker = pod("blocker", [(GPU0, 30000, 60)])
+    other = pod("other", [(GPU1, 15360, 100)])
+    assert checks.pending(snap(pods=[waiting]), room_since=room) == []
+    # The room was taken meanwhile (a smaller pod got there first): no violation, and ...
+    assert checks.pending(later(snap(pods=[waiting, blocker, other]), 60),
+                          room_since=room) == [] and room == {}
+    # ... room again counts from now, though the pod is old.
+    assert checks.pending(later(snap(pods=[waiting]), 80), room_since=room) == []
+    assert checks.pending(later(snap(pods=[waiting]), 160), room_since=room) == []
+    assert len(checks.pending(later(snap(pods=[waiting]), 171), room_since=room)) == 1
 
 
 @pytest.mark.parametrize("blockers,healthy", [
@@ -129,7 +150,12 @@ def test_pending_too_long_while_a_gpu_could_hold_it():
     ([], False)], ids=["no-room", "gpus-unhealthy"])
 def test_pending_is_fine_when_no_gpu_could_hold_it(blockers, healthy):
     waiting = pod("waiting", phase="Pending", node_name="", limits=A100_HALF, age=300)
-    assert checks.pending(snap(pods=blockers + [waiting], nodes=[node(healthy=healthy)])) == []
+    room = {"default/waiting": NOW - timedelta(seconds=1000)}    # room long ago, none now
+    assert checks.pending(snap(pods=blockers + [waiting], nodes=[node(healthy=healthy)]),
+                          room_since=room) == [] and room == {}
+    # The same pod with the same memory and room now: the rule does fire.
+    room = {"default/waiting": NOW - timedelta(seconds=1000)}
+    assert len(checks.pending(snap(pods=[waiting]), room_since=room)) == 1
 
 
 def test_bound_but_not_started():

@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install native k8s browser torch test demo bench clean
+.PHONY: install native k8s browser torch test demo bench soak clean
 
 install: $(STAMP) native
 
@@ -41,6 +41,15 @@ test: install k8s browser torch
 
 demo: install
 	$(VENV)/bin/hami-sim demo
+
+# The soak with chaos (hami_sim/soak): a real cluster of its own, the openb mix of pods created
+# and deleted at a steady rate while faults hit it, judged by the auditor (hami_sim/audit); an
+# hour by default: `make soak SOAK_DURATION=600`, more options with SOAK_ARGS (see
+# `python3 -m hami_sim.soak --help`). Needs root, as tests/k8s does.
+SOAK_DURATION ?= 3600
+SOAK_ARGS ?=
+soak: install k8s
+	$(VPY) -m hami_sim.soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
 
 bench: install
 	$(VPY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,bench]'

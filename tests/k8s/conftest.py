@@ -21,7 +21,8 @@ from hami_sim.realcluster.cluster import RealCluster
 START_TIMEOUT_S = 3600
 # Modules with a cluster of their own run first: the machine holds one real cluster at a time
 # (its lock), and the session's cluster, once started, is held until the session ends.
-OWN_CLUSTER_MODULES = ("test_cluster_up_real.py", "test_helm_install_real.py", "test_dra_real.py")
+OWN_CLUSTER_MODULES = ("test_cluster_up_real.py", "test_helm_install_real.py", "test_dra_real.py",
+                       "test_soak_real.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -66,3 +67,10 @@ def installed():
 def dra_cluster():
     """A real cluster of its own in DRA mode (test_dra_real.py; stopped at the module's end)."""
     yield from started_cluster(dra=True)
+
+
+@pytest.fixture(scope="module")
+def soak_cluster():
+    """A real cluster of its own for the soak (test_soak_real.py), whose faults restart its
+    components (stopped at the module's end)."""
+    yield from started_cluster()

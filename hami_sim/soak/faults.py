@@ -1,0 +1,248 @@
+"""The soak's faults on a RealCluster (processes mode), each injected and then watched until
+the cluster has recovered from it; the time to recover is measured from the moment the fault
+ends (the kill, the resume, the restored configuration) until what it broke works again."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from hami_common import constants as C
+from hami_sim.realcluster import config as cfg
+from hami_sim.realcluster import control_plane
+from hami_sim.realcluster.cluster import free_port
+from hami_sim.realcluster.node import allocatable, spawn_kubelet
+
+RECOVERY_TIMEOUT_S = 240.0
+ETCD_PAUSE_S = 4.0
+WEBHOOK_DOWN_S = 8.0
+XID = 79                         # fallen off the bus: critical
+LEASE_NS, CONTROL_LEASE, SCHEDULER_LEASE = "hami-system", "hami-control", "hami-scheduler"
+
+
+class FaultError(RuntimeError):
+    """The cluster did not recover from a fault in time (the message says from what)."""
+
+
+@dataclass
+class FaultResult:
+    """One fault injected: when (seconds into the soak), and its recovery or what failed."""
+
+    kind: str
+    at: float
+    recovered_s: float = -1.0
+    error: str = ""
+
+
+def until(check: Callable[[], object], what: str, timeout: float = RECOVERY_TIMEOUT_S,
+          interval: float = 0.5):
+    """Polls check until truthy (its value); FaultError naming what after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except Exception:           # the API server itself may be down meanwhile
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise FaultError(f"{what} not within {timeout:.0f} s")
+        time.sleep(interval)
+
+
+class Faults:
+    """Injects faults into one RealCluster; one lock per component, so a fault never hits a
+    component another fault is still restarting (faults of different kinds overlap)."""
+
+    def __init__(self, cluster):
+        self.c = cluster
+        self.locks = {k: threading.Lock() for k in KINDS}
+        self.want = cluster.spec.split * len(cluster.spec.gpus)
+
+    # Probes ----------------------------------------------------------------------------
+
+    def _kubectl_json(self, *args) -> dict:
+        out = self.c.kubectl(*args, "-o", "json", check=False, timeout=15)
+        return json.loads(out) if out.strip().startswith("{") else {}
+
+    def lease_holder(self, name: str) -> str:
+        """The holder of a Lease in hami-system ('' if none or unreadable)."""
+        lease = self._kubectl_json("get", "lease", name, "-n", LEASE_NS)
+        return (lease.get("spec") or {}).get("holderIdentity") or ""
+
+    def api_ready(self) -> bool:
+        """Whether the API server says it is ready (etcd included)."""
+        return self.c.kubectl("get", "--raw", "/readyz", check=False, timeout=10).strip() == "ok"
+
+    def webhook_admits(self) -> bool:
+        """Whether a GPU pod passes our webhook now (a server-side dry run: nothing stored)."""
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "soak-probe"},
+               "spec": {"containers": [{"name": "main", "image": "probe", "resources": {
+                   "limits": {C.RESOURCE_GPU: "1", C.RESOURCE_MEM: "64"}}}]}}
+        out = self.c.kubectl("create", "--dry-run=server", "-f", "-", "-o", "json",
+                             input=json.dumps(pod), check=False, timeout=20)
+        try:
+            return json.loads(out)["spec"]["schedulerName"] == C.SCHEDULER_NAME
+        except (ValueError, KeyError):
+            return False
+
+    def node_serving(self) -> bool:
+        """Node Ready and every virtual GPU offered by kubelet."""
+        from hami_sim.realcluster.node import node_ready
+        return node_ready(self.c) and allocatable(self.c) == self.want
+
+    def registrations(self) -> int:
+        """Device plugin registrations kubelet has logged (every kubelet's log is kept)."""
+        return (self.c.logs / "kubelet.log").read_text(errors="replace").count(
+            "Got registration request from device plugin")
+
+    def gpu_healthy(self, index: int) -> bool:
+        """Whether the node's register annotation says GPU index is healthy."""
+        gpus = self.c.gpus().get(self.c.spec.name) or []
+        return any(d.index == index and d.health for d in gpus)
+
+    # The faults ------------------------------------------------------------------------
+
+    def _restart_same(self, name: str, env=None) -> None:
+        argv = list(self.c.procs[name].args)
+        self.c.stop_component(name)
+        self.c.spawn(name, argv, env=env)
+
+    def hami_node_killed(self) -> float:
+        """SIGKILL hami-node, start it again a second later (its service manager would)."""
+        before = self.registrations()
+        os.killpg(self.c.node.agent.pid, signal.SIGKILL)
+        self.c.node.agent.wait(timeout=10)
+        time.sleep(1.0)
+        start = time.monotonic()
+        # spawn_agent's own wait also asks hami-control, which another fault may have down.
+        node = self.c.node
+        node.start_agent(self.c.root / "hami-node.kubeconfig", ["--pass-device-specs", "false"])
+        with open(self.c.pgid_file, "a") as f:
+            f.write(f"{node.agent.pid}\n")
+        node.read_ready_line()
+        until(lambda: self.registrations() > before, "hami-node registered with kubelet")
+        until(self.node_serving, "kubelet offering every GPU again")
+        return time.monotonic() - start
+
+    def control_leader_killed(self) -> float:
+        """SIGKILL hami-control (the leader: the only replica here), start a new one; until
+        the new one holds the Lease and the webhook answers."""
+        old = self.lease_holder(CONTROL_LEASE)
+        proc = self.c.procs.pop("hami-control")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        start = time.monotonic()
+        control_plane.start_control(self.c)
+        until(lambda: self.lease_holder(CONTROL_LEASE) not in ("", old),
+              "a new hami-control holding the Lease")
+        until(self.webhook_admits, "the webhook admitting GPU pods")
+        return time.monotonic() - start
+
+    def scheduler_restarted(self) -> float:
+        """kube-scheduler (deploy/'s, with our extender) stopped and started; until a new
+        instance holds its Lease."""
+        old = self.lease_holder(SCHEDULER_LEASE)
+        self._restart_same("kube-scheduler")
+        start = time.monotonic()
+        until(lambda: self.lease_holder(SCHEDULER_LEASE) not in ("", old),
+              "the new kube-scheduler holding its Lease")
+        return time.monotonic() - start
+
+    def kubelet_restarted(self) -> float:
+        """kubelet stopped and started (the containers keep running); until hami-node has
+        registered with the new one and every GPU is offered (the node's Ready condition
+        alone is the old kubelet's for a while)."""
+        before = self.registrations()
+        self.c.stop_component("kubelet")
+        start = time.monotonic()
+        spawn_kubelet(self.c)
+        until(lambda: self.registrations() > before, "hami-node registered with the new kubelet")
+        until(self.node_serving, "kubelet offering every GPU again")
+        return time.monotonic() - start
+
+    def apiserver_restarted(self) -> float:
+        """kube-apiserver stopped and started."""
+        self._restart_same("kube-apiserver")
+        start = time.monotonic()
+        until(self.api_ready, "kube-apiserver ready")
+        return time.monotonic() - start
+
+    def etcd_paused(self) -> float:
+        """etcd stopped (SIGSTOP) for a few seconds, then continued."""
+        pid = self.c.procs["etcd"].pid
+        os.killpg(pid, signal.SIGSTOP)
+        try:
+            time.sleep(ETCD_PAUSE_S)
+        finally:
+            os.killpg(pid, signal.SIGCONT)
+        start = time.monotonic()
+        until(self.api_ready, "kube-apiserver ready (etcd back)")
+        return time.monotonic() - start
+
+    def containerd_restarted(self) -> float:
+        """containerd stopped and started (the containers keep running under their shims)."""
+        from hami_sim.demo.cluster import clean_base_env
+        env = clean_base_env()
+        env["PATH"] = f"{os.path.dirname(self.c.bins['containerd'])}:" \
+                      f"{env.get('PATH', '/usr/bin:/bin')}"
+        self._restart_same("containerd", env=env)
+        start = time.monotonic()
+        until(lambda: subprocess.run([self.c.bins["ctr"], "--address",
+                                      str(self.c.containerd_socket), "version"],
+                                     capture_output=True, timeout=10).returncode == 0,
+              "containerd answering")
+        until(self.node_serving, "the node Ready")
+        return time.monotonic() - start
+
+    def webhook_unreachable(self) -> float:
+        """The webhook configuration pointed at a port nobody listens on for a while (GPU
+        pods are refused meanwhile: failurePolicy Fail), then restored."""
+        c = self.c
+        dead = cfg.webhook_config(f"https://127.0.0.1:{free_port()}", c.pki.ca.read_bytes())
+        c.apply([dead])
+        try:
+            time.sleep(WEBHOOK_DOWN_S)
+        finally:
+            until(lambda: c.apply([cfg.webhook_config(c.control.url, c.pki.ca.read_bytes())],
+                                  check=False) is not None, "the webhook configuration restored")
+        start = time.monotonic()
+        until(self.webhook_admits, "the webhook admitting GPU pods")
+        return time.monotonic() - start
+
+    def gpu_xid(self, index: int = 0) -> float:
+        """A critical XID on a GPU: hami-node marks it unhealthy; until it is healthy again
+        (hami-node's healthRecoverySeconds of quiet)."""
+        subprocess.run([sys.executable, "-m", "hami_sim.cli", "inject-xid", str(index),
+                        str(XID)], env=self.c.node.env, check=True, timeout=30,
+                       capture_output=True)
+        start = time.monotonic()
+        until(lambda: not self.gpu_healthy(index), f"GPU {index} marked unhealthy", timeout=60)
+        until(lambda: self.gpu_healthy(index), f"GPU {index} healthy again")
+        return time.monotonic() - start
+
+    def inject(self, kind: str, at: float) -> FaultResult:
+        """Injects one fault of kind and waits for the recovery (FaultResult either way)."""
+        result = FaultResult(kind, at)
+        with self.locks[kind]:
+            try:
+                result.recovered_s = getattr(self, KINDS[kind])()
+            except Exception as e:        # a failed injection is a finding, not a crash
+                result.error = f"{type(e).__name__}: {e}"
+        return result
+
+
+# kind -> method; the order the schedule cycles through (the slow XID first).
+KINDS = {"gpu-xid": "gpu_xid", "hami-node-killed": "hami_node_killed",
+         "control-leader-killed": "control_leader_killed",
+         "kube-scheduler-restarted": "scheduler_restarted",
+         "kubelet-restarted": "kubelet_restarted",
+         "kube-apiserver-restarted": "apiserver_restarted", "etcd-paused": "etcd_paused",
+         "containerd-restarted": "containerd_restarted",
+         "webhook-unreachable": "webhook_unreachable"}

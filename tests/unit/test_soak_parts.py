@@ -1,0 +1,61 @@
+"""The soak's pure parts: the fault schedule, the pod mix drawn from the openb trace, the
+report's percentiles and its verdict."""
+from __future__ import annotations
+
+import math
+
+from hami_common import constants as C
+from hami_sim.audit.model import ANNO_EXPECT, Violation
+from hami_sim.soak.faults import KINDS
+from hami_sim.soak.report import SoakReport, percentile
+from hami_sim.soak.run import OVERLAP_S, WARMUP_S, SoakOptions, schedule
+from hami_sim.soak.workload import LABEL, MAX_GPUS, MIN_SHARE, Mix
+
+
+def test_the_short_schedule_hits_every_kind_once_some_overlapping():
+    plan = schedule(SoakOptions(duration_s=120, fault_gap_s=12))
+    assert sorted(kind for _, kind in plan) == sorted(KINDS)
+    assert plan[0] == (WARMUP_S, "gpu-xid")              # the slowest recovery first
+    gaps = [b[0] - a[0] for a, b in zip(plan, plan[1:])]
+    assert OVERLAP_S in gaps and max(t for t, _ in plan) < 120 * 0.8
+
+
+def test_an_hour_cycles_through_the_kinds_and_a_seed_changes_the_order():
+    plan = schedule(SoakOptions())
+    counts = {k: sum(1 for _, kind in plan if kind == k) for k in KINDS}
+    assert min(counts.values()) >= 9 and max(counts.values()) - min(counts.values()) <= 1
+    other = schedule(SoakOptions(seed=2))
+    assert [k for _, k in other[:9]] != [k for _, k in plan[:9]]
+    assert schedule(SoakOptions(kinds=())) == []
+
+
+def test_the_mix_fits_the_node_and_says_how_each_pod_ends():
+    mix = Mix("run-1", seed=3)
+    pods = [mix.next() for _ in range(400)]
+    assert len({p.name for p in pods}) == 400
+    gpu = [p for p in pods if p.gpu]
+    assert 0 < len(gpu) < len(pods)                      # the trace's CPU-only pods too
+    for p in pods:
+        meta = p.manifest["metadata"]
+        assert meta["labels"][LABEL] == "run-1" and meta["annotations"][ANNO_EXPECT] == \
+            "Succeeded"
+        limits = p.manifest["spec"]["containers"][0]["resources"].get("limits", {})
+        assert bool(limits) == p.gpu
+        if p.gpu:
+            assert 1 <= int(limits[C.RESOURCE_GPU]) <= MAX_GPUS
+            if C.RESOURCE_CORES in limits:
+                assert int(limits[C.RESOURCE_CORES]) >= MIN_SHARE
+    assert any(p.delete_after_s for p in pods)
+
+
+def test_percentiles_and_the_verdict():
+    assert percentile([3, 1, 2], 50) == 2 and percentile(list(range(1, 101)), 99) == 99
+    assert math.isnan(percentile([], 50))
+    report = SoakReport(120, 0.2, faults={"etcd-paused": [7.5]}, planned=1)
+    assert report.ok and report.injected == 1
+    assert "etcd-paused" in report.text() and "violations: 0" in report.text()
+    report.audit_errors.append("KeyError: 'spec'")
+    assert not report.ok and "AUDITOR ERROR: KeyError" in report.text()
+    report.audit_errors.clear()
+    report.violations.append(Violation("lock", "node-a locked for 600 s", ("node/node-a",)))
+    assert not report.ok and "node-a locked" in report.text()

@@ -67,20 +67,23 @@ class OverCap:
     pids: tuple
 
 
-def _caps(pod: dict) -> dict:
-    """{(container name, GPU UUID): cap bytes} from what the scheduler decided."""
+def allocated_devices(pod: dict) -> list:
+    """[(container name, ContainerDevice)] of what the scheduler decided (its annotation);
+    none when the annotation is missing or unreadable."""
     value = ((pod.get("metadata") or {}).get("annotations") or {}).get(
         C.ANNO_DEVICES_ALLOCATED, "")
     try:
         entries = pod_devices.decode(value)
     except HamiFormatError:
-        return {}
-    caps = {}
-    for spec, devices in zip(pod_containers(pod), entries):
-        for device in devices:
-            if device.usedmem:
-                caps[(spec.get("name", ""), device.uuid)] = device.usedmem * MIB
-    return caps
+        return []
+    return [(spec.get("name", ""), device)
+            for spec, devices in zip(pod_containers(pod), entries) for device in devices]
+
+
+def _caps(pod: dict) -> dict:
+    """{(container name, GPU UUID): cap bytes} from what the scheduler decided."""
+    return {(name, device.uuid): device.usedmem * MIB
+            for name, device in allocated_devices(pod) if device.usedmem}
 
 
 def container_names(pod: dict) -> dict:
@@ -91,20 +94,27 @@ def container_names(pod: dict) -> dict:
             (status.get("initContainerStatuses") or []) if s.get("containerID")}
 
 
+def add_by_container(per_gpu: dict, owner: Callable[[int], Optional[tuple]], by_uid: dict,
+                     totals: dict) -> None:
+    """Adds {GPU UUID: {host pid: amount}} into totals {(pod UID, container name, GPU UUID):
+    (sum, pids)}, each process counted to the container its cgroup names (`owner`); processes
+    of no pod in by_uid ({pod UID: pod}) are left out."""
+    for gpu, per_pid in per_gpu.items():
+        for pid, amount in per_pid.items():
+            found = owner(pid)
+            if not found or found[0] not in by_uid:
+                continue
+            key = (found[0], container_names(by_uid[found[0]]).get(found[1], ""), gpu)
+            total, pids = totals.get(key, (0, ()))
+            totals[key] = (total + amount, pids if pid in pids else pids + (pid,))
+
+
 def find_over_cap(processes: dict, owner: Callable[[int], Optional[tuple]],
                   pods: Iterable[dict]) -> list:
     """processes: {GPU UUID: {host pid: bytes}}; owner: pid -> (pod UID, container ID)."""
     by_uid = {(p.get("metadata") or {}).get("uid"): p for p in pods}
     used: dict = {}
-    for gpu, per_pid in processes.items():
-        for pid, amount in per_pid.items():
-            found = owner(pid)
-            if not found or found[0] not in by_uid:
-                continue
-            name = container_names(by_uid[found[0]]).get(found[1], "")
-            key = (found[0], name, gpu)
-            total, pids = used.get(key, (0, ()))
-            used[key] = (total + amount, pids + (pid,))
+    add_by_container(processes, owner, by_uid, used)
     out = []
     for (uid, name, gpu), (amount, pids) in sorted(used.items()):
         pod = by_uid[uid]

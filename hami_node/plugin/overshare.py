@@ -26,13 +26,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from hami_common import constants as C
-from hami_common import pod_devices
-from hami_common.errors import HamiFormatError
-from hami_node.plugin.allocate import pod_containers
 from hami_node.plugin.errors import BackendError, ClusterError
-from hami_node.plugin.overcap import (BYPASS, OffenderReports, container_names,
-                                      read_cgroup_owner)
+from hami_node.plugin.overcap import (BYPASS, OffenderReports, add_by_container,
+                                      allocated_devices, read_cgroup_owner)
 from hami_node.plugin.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -59,18 +55,11 @@ class OverShare:
 def share_caps(pod: dict, default_cores: int = 0) -> dict:
     """{(container name, GPU UUID): gpucores} the shim limits to (0 and 100 mean no limit and
     are left out), from what the scheduler decided, else the node's defaultCores."""
-    value = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-        C.ANNO_DEVICES_ALLOCATED, "")
-    try:
-        entries = pod_devices.decode(value)
-    except HamiFormatError:
-        return {}
     caps = {}
-    for spec, devices in zip(pod_containers(pod), entries):
-        for device in devices:
-            cores = device.usedcores or default_cores
-            if 0 < cores < 100:
-                caps[(spec.get("name", ""), device.uuid)] = cores
+    for name, device in allocated_devices(pod):
+        cores = device.usedcores or default_cores
+        if 0 < cores < 100:
+            caps[(name, device.uuid)] = cores
     return caps
 
 
@@ -83,19 +72,14 @@ def find_over_share(samples: list, owner: Callable[[int], Optional[tuple]],
         return []
     by_uid = {(p.get("metadata") or {}).get("uid"): p for p in pods}
     owners: dict = {}
+
+    def cached_owner(pid: int) -> Optional[tuple]:    # each process's cgroup read once
+        if pid not in owners:
+            owners[pid] = owner(pid)
+        return owners[pid]
     totals: dict = {}
     for sample in samples:
-        for gpu, per_pid in sample.items():
-            for pid, pct in per_pid.items():
-                if pid not in owners:
-                    owners[pid] = owner(pid)
-                found = owners[pid]
-                if not found or found[0] not in by_uid:
-                    continue
-                name = container_names(by_uid[found[0]]).get(found[1], "")
-                key = (found[0], name, gpu)
-                total, pids = totals.get(key, (0.0, ()))
-                totals[key] = (total + pct, pids if pid in pids else pids + (pid,))
+        add_by_container(sample, cached_owner, by_uid, totals)
     out = []
     for (uid, name, gpu), (total, pids) in sorted(totals.items()):
         pod = by_uid[uid]

@@ -4,6 +4,7 @@ import pytest
 
 from hami_common import constants as C
 from hami_node.plugin.overcap import MIB, OverCapWatch, cgroup_owner, find_over_cap
+from tests.unit._node_doubles import RecordingCluster
 
 UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
 CID = "ab" * 32
@@ -58,23 +59,9 @@ class Backend:
         return self.processes
 
 
-class Cluster:
-    def __init__(self):
-        self.events, self.evicted = [], []
-
-    def list_node_pods(self, node):
-        return [pod()]
-
-    def create_event(self, obj, reason, message, warning=True):
-        self.events.append((obj["metadata"]["name"], reason, message))
-
-    def evict_pod(self, namespace, name):
-        self.evicted.append((namespace, name))
-
-
 @pytest.mark.parametrize("evict", [False, True], ids=["report", "evict"])
 def test_an_offender_is_reported_once_while_it_stays_over(evict):
-    backend, cluster, rounds, lines = Backend({101: 2000 * MIB}), Cluster(), [], []
+    backend, cluster, rounds, lines = Backend({101: 2000 * MIB}), RecordingCluster([pod()]), [], []
     watch = OverCapWatch(backend, cluster, "n1", 60, evict=evict, owner=OWNERS.get,
                          on_round=rounds.append, log=lines.append)
     watch.check()

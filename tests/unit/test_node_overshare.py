@@ -8,6 +8,7 @@ import pytest
 from hami_common import constants as C
 from hami_node.plugin.overshare import (EVENT_REASON, OverShareWatch, find_over_share,
                                         share_caps)
+from tests.unit._node_doubles import RecordingCluster
 
 UID = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0"
 CID, OTHER_CID = "ab" * 32, "cd" * 32
@@ -98,23 +99,9 @@ class Backend:
         return {101: self.share}
 
 
-class Cluster:
-    def __init__(self):
-        self.events, self.evicted = [], []
-
-    def list_node_pods(self, node):
-        return [pod()]
-
-    def create_event(self, obj, reason, message, warning=True):
-        self.events.append((obj["metadata"]["name"], reason, message))
-
-    def evict_pod(self, namespace, name):
-        self.evicted.append((namespace, name))
-
-
 @pytest.mark.parametrize("evict", [False, True], ids=["report", "evict"])
 def test_an_offender_is_reported_once_while_it_stays_over(evict):
-    backend, cluster, rounds, lines = Backend(90), Cluster(), [], []
+    backend, cluster, rounds, lines = Backend(90), RecordingCluster([pod()]), [], []
     watch = OverShareWatch(backend, cluster, "n1", 60, evict=evict, owner=OWNERS.get,
                            on_round=rounds.append, log=lines.append)
 
@@ -138,7 +125,7 @@ def test_an_offender_is_reported_once_while_it_stays_over(evict):
 def test_a_check_covers_only_the_samples_since_the_last():
     backend = Backend(100)
     now = iter([1000.0, 1001.0])
-    watch = OverShareWatch(backend, Cluster(), "n1", 60, owner=OWNERS.get, log=lambda m: None,
+    watch = OverShareWatch(backend, RecordingCluster([pod()]), "n1", 60, owner=OWNERS.get, log=lambda m: None,
                            wall=lambda: next(now))
     watch.sample()
     assert watch.check()[0].samples == 1

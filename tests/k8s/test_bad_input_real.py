@@ -129,18 +129,26 @@ def test_impossible_pods_stay_pending_with_the_reason_and_nothing_written(real_c
     c = real_cluster
     names = [name for _, name, *_ in PENDING]
     try:
-        for _, name, resources, annotations, _ in PENDING:
-            create(c, pod(name, resources, annotations=annotations))
-        for case, name, _, _, says in PENDING:
+        waiting = []
+        for case, name, resources, annotations, says in PENDING:
+            try:
+                create(c, pod(name, resources, annotations=annotations))
+                waiting.append((case, name, says))
+            except ApiException as e:   # the API server's own validation may come first
+                message = json.loads(e.body).get("message", "")
+                _count(tally, "pods refused at creation", e.status == 422 and "spec." in message)
+                assert e.status == 422 and "spec." in message, (case, e.status, message)
+        for case, name, says in waiting:
             message = until(lambda: _unschedulable(c, name), PENDING_S,
                             f"{case}: kube-scheduler's Unschedulable condition on {name}")
             _count(tally, "pods left Pending with a reason", says in message)
             assert says in message, (case, message)
+            tally.setdefault("reasons", {})[case] = message
         node = c.core_v1.read_node("node-a")
         assert C.ANNO_NODE_LOCK not in (node.metadata.annotations or {}), "a node lock is left"
         containers = HostLayout(c.node.shim_dir).containers
         made = [p.name for p in containers.iterdir()] if containers.exists() else []
-        for name in names:
+        for _, name, _ in waiting:
             current = get(c, name)
             written = [k for k in C.SCHEDULER_POD_ANNOTATIONS
                        if k in (current["metadata"].get("annotations") or {})]
@@ -290,7 +298,10 @@ def test_a_good_gpu_pod_runs_afterwards_and_counts(real_cluster, tally, capsys):
         delete(c, "good-after-junk")
     assert _pids(c) == before and not c.problems()
     with capsys.disabled():
+        reasons = tally.pop("reasons", {})
         print("\nbad input, tried / refused clearly:")
         for edge, (tried, refused) in tally.items():
             print(f"  {edge}: {tried} / {refused}")
+        for case, message in reasons.items():
+            print(f"  Pending {case}: {message[:160]}")
     assert tally and all(tried == refused for tried, refused in tally.values()), tally

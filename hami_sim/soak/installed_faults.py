@@ -31,6 +31,8 @@ ROLLED_ANNO = "soak.hami.io/rolled-at"        # the rolling update's change to t
 POLICY_VALUE = "control.nodeSchedulerPolicy"   # what the upgrade changes, then rolls back
 POLICY_ORIGINAL, POLICY_UPGRADED = "fragaware", "spread"
 UPGRADE_ROLLOUT_S = 240.0
+# For a leader to kill: a moment without one (a handover, a container restarting) is waited out.
+LEADER_WAIT_S = 60.0
 PROBE_PREFIX = "soak-probe-bind"
 
 
@@ -51,7 +53,7 @@ def container_pids(container_id: str, proc: Path = Path("/proc")) -> list:
 def container_id(pod: dict, container: str) -> str:
     """The runtime's ID of a pod's running container ('' when it is not running)."""
     for s in (pod.get("status") or {}).get("containerStatuses") or []:
-        if s["name"] == container and (s.get("state") or {}).get("running"):
+        if s["name"] == container and "running" in (s.get("state") or {}):
             return (s.get("containerID") or "").split("://")[-1]
     return ""
 
@@ -137,6 +139,16 @@ class InstalledFaults(Faults):
 
     # Killing a container -----------------------------------------------------------------
 
+    def running_leader(self, lease: str, container: str) -> tuple:
+        """(identity, pod) of a Lease's holder whose container runs, waited for up to
+        LEADER_WAIT_S (seen in a 10-minute soak: no holder for a moment after a rollout)."""
+        def found():
+            holder = self.lease_holder(lease)
+            pod = holder.split("_")[0]          # kube-scheduler's identity: '<pod>_<uuid>'
+            return (holder, pod) if holder and container_id(self.pod(pod), container) else None
+        return until(found, f"a running {container} holding the Lease {lease}",
+                     timeout=LEADER_WAIT_S)
+
     def kill_container(self, pod_name: str, container: str) -> None:
         """SIGKILL to every process of one container of a pod of the release (kubelet then
         restarts it); counted, so that the restart is not reported as a problem."""
@@ -173,9 +185,7 @@ class InstalledFaults(Faults):
         """SIGKILL the hami-control container of the Lease holder's pod; until a living
         replica (the other one, or the killed one restarted) renewed the Lease, is Ready and
         behind the extender's Service, and the webhook admits."""
-        holder = self.lease_holder(CONTROL_LEASE)
-        if not holder:
-            raise FaultError("no hami-control leader to kill")
+        _, holder = self.running_leader(CONTROL_LEASE, CONTROL)
         killed_at = time.time()
         self.kill_container(holder, CONTROL)
         start = time.monotonic()
@@ -186,10 +196,8 @@ class InstalledFaults(Faults):
     def scheduler_restarted(self) -> float:
         """SIGKILL the leading kube-scheduler (the container beside hami-control in the
         holder's pod: its identity is '<pod>_<uuid>'); until a new instance holds the Lease."""
-        old = self.lease_holder(SCHEDULER_LEASE)
-        if not old:
-            raise FaultError("no kube-scheduler leader to kill")
-        self.kill_container(old.split("_")[0], "kube-scheduler")
+        old, pod = self.running_leader(SCHEDULER_LEASE, "kube-scheduler")
+        self.kill_container(pod, "kube-scheduler")
         start = time.monotonic()
         until(lambda: self.lease_holder(SCHEDULER_LEASE) not in ("", old),
               "a new kube-scheduler holding its Lease")

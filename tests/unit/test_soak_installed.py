@@ -121,3 +121,27 @@ def test_restarts_a_fault_caused_are_not_reported_more_are():
     found = restarts(c, {("ctl-a", "hami-control"): 1, ("node-x", "hami-node"): 1})
     assert len(found) == 1 and found[0].startswith("node-x/hami-node restarted 2 time(s)")
     assert restarts(c, {("ctl-a", "hami-control"): 1, ("node-x", "hami-node"): 2}) == []
+
+
+class LeaseCluster:
+    """kubectl answering `get lease` and `get pod` from a script of Lease holders (one per
+    call) and the pods whose kube-scheduler runs."""
+
+    def __init__(self, holders, running):
+        self.holders, self.running = list(holders), running
+        self.spec = SimpleNamespace(split=10, gpus=(1,))
+
+    def kubectl(self, *args, **_kw) -> str:
+        if "lease" in args:
+            holder = self.holders.pop(0) if len(self.holders) > 1 else self.holders[0]
+            return json.dumps({"spec": {"holderIdentity": holder}})
+        name = args[args.index("pod") + 1]
+        state = {"running": {}} if name in self.running else {"waiting": {}}
+        return json.dumps({"status": {"containerStatuses": [
+            {"name": "kube-scheduler", "containerID": f"containerd://{CID}", "state": state}]}})
+
+
+def test_the_leader_to_kill_is_waited_for_until_its_container_runs():
+    cluster = LeaseCluster(["", "ctl-a_1234", "ctl-b_5678"], running={"ctl-b"})
+    found = InstalledFaults(cluster).running_leader("hami-scheduler", "kube-scheduler")
+    assert found == ("ctl-b_5678", "ctl-b")

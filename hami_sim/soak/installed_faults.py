@@ -170,14 +170,17 @@ class InstalledFaults(Faults):
 
     def hami_node_killed(self) -> float:
         """SIGKILL hami-node's container (kubelet restarts it); until it registered with
-        kubelet again and every GPU is offered."""
+        kubelet again and every GPU is offered. Its plugin gap noted, as in the processes
+        mode (kubelet refuses a GPU pod admitted meanwhile: counted apart)."""
         pods = get_json(self.c, "pods", "-l", f"app.kubernetes.io/name={NODE}").get("items")
         if not pods:
             raise FaultError("no hami-node pod to kill")
         before = self.registrations()
+        gap = self.plugin_gaps.open("hami-node-killed")
         self.kill_container(pods[0]["metadata"]["name"], NODE)
         start = time.monotonic()
         until(lambda: self.registrations() > before, "hami-node registered with kubelet")
+        gap[2] = time.time()
         until(self.node_serving, "kubelet offering every GPU again")
         return time.monotonic() - start
 

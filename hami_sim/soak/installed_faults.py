@@ -71,8 +71,9 @@ class InstalledFaults(Faults):
     COMPONENTS = {kind: CONTROL for kind in ("control-leader-killed", "kube-scheduler-restarted",
                                              "control-rolling-update", "helm-rollback")}
 
-    def __init__(self, cluster):
+    def __init__(self, cluster, proc: Path = Path("/proc")):
         super().__init__(cluster)
+        self.proc = proc                     # the host's processes (tests: a folder)
         self.killed: dict = {}               # (pod, container) -> SIGKILLs sent by a fault
         self._killed_lock = threading.Lock()
         self._probes = 0
@@ -140,12 +141,15 @@ class InstalledFaults(Faults):
     # Killing a container -----------------------------------------------------------------
 
     def running_leader(self, lease: str, container: str) -> tuple:
-        """(identity, pod) of a Lease's holder whose container runs, waited for up to
-        LEADER_WAIT_S (seen in a 10-minute soak: no holder for a moment after a rollout)."""
+        """(identity, pod) of a Lease's holder whose container runs (processes in its
+        cgroup), waited for up to LEADER_WAIT_S. Seen in 10-minute soaks: no holder for a
+        moment, and a kube-scheduler gone (its Lease lost while kube-apiserver restarted) that
+        the pod's status, not yet updated, still called running."""
         def found():
             holder = self.lease_holder(lease)
             pod = holder.split("_")[0]          # kube-scheduler's identity: '<pod>_<uuid>'
-            return (holder, pod) if holder and container_id(self.pod(pod), container) else None
+            cid = container_id(self.pod(pod), container) if holder else ""
+            return (holder, pod) if cid and container_pids(cid, self.proc) else None
         return until(found, f"a running {container} holding the Lease {lease}",
                      timeout=LEADER_WAIT_S)
 
@@ -153,7 +157,7 @@ class InstalledFaults(Faults):
         """SIGKILL to every process of one container of a pod of the release (kubelet then
         restarts it); counted, so that the restart is not reported as a problem."""
         cid = container_id(self.pod(pod_name), container)
-        pids = container_pids(cid) if cid else []
+        pids = container_pids(cid, self.proc) if cid else []
         if not pids:
             raise FaultError(f"no running process of {pod_name}/{container} to kill "
                              f"(container ID {cid or 'unknown'})")

@@ -13,7 +13,7 @@ import pytest
 from hami_sim.realcluster.installed import restarts
 from hami_sim.soak.__main__ import main
 from hami_sim.soak.faults import (INSTALLED_KINDS, INSTALLED_ONLY, KINDS, PROCESS_KINDS,
-                                  Faults, kinds_for)
+                                  FaultError, Faults, kinds_for)
 from hami_sim.soak.installed_faults import (InstalledFaults, container_id, container_pids,
                                             micro_time)
 from hami_sim.soak.run import Soak, SoakOptions, schedule
@@ -141,7 +141,17 @@ class LeaseCluster:
             {"name": "kube-scheduler", "containerID": f"containerd://{CID}", "state": state}]}})
 
 
-def test_the_leader_to_kill_is_waited_for_until_its_container_runs():
+def test_the_leader_to_kill_is_waited_for_until_its_container_runs(tmp_path):
     cluster = LeaseCluster(["", "ctl-a_1234", "ctl-b_5678"], running={"ctl-b"})
-    found = InstalledFaults(cluster).running_leader("hami-scheduler", "kube-scheduler")
+    write_proc(tmp_path, 10, f"12:pids:/hami-k8s/kubepods/pod0e7f3c2a/{CID}\n")
+    found = InstalledFaults(cluster, tmp_path).running_leader("hami-scheduler", "kube-scheduler")
     assert found == ("ctl-b_5678", "ctl-b")
+
+
+def test_a_container_the_status_calls_running_but_without_processes_is_not_killed(tmp_path):
+    """Its status not yet updated (seen while kube-apiserver restarted): no process has its
+    ID, so there is nothing to kill yet; the fault waits, then says so."""
+    faults = InstalledFaults(LeaseCluster(["ctl-b_5678"], running={"ctl-b"}), tmp_path)
+    with pytest.raises(FaultError, match="no running process of ctl-b/kube-scheduler"):
+        faults.kill_container("ctl-b", "kube-scheduler")
+    assert faults.killed == {}

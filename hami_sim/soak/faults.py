@@ -105,6 +105,11 @@ class Faults:
         """What stopped running, in words (the cluster's own list)."""
         return self.c.problems()
 
+    def restarts_apart(self) -> list:
+        """Component restarts that Kubernetes' own design makes, in words (none here: the
+        processes mode runs kube-scheduler without leader election)."""
+        return []
+
     # Probes ----------------------------------------------------------------------------
 
     def _kubectl_json(self, *args) -> dict:

@@ -25,6 +25,7 @@ from hami_sim.realcluster.installed import (CHART, NAMESPACE, RELEASE, control_p
                                             helm, ready_endpoints, rollout_done)
 from hami_sim.soak.faults import (CONTROL_LEASE, SCHEDULER_LEASE, WEBHOOK_DOWN_S, FaultError,
                                   Faults, until)
+from hami_sim.soak.lease_loss import LeaseLosses, previous_output, release_pods
 
 CONTROL, NODE = "hami-control", "hami-node"
 ROLLED_ANNO = "soak.hami.io/rolled-at"        # the rolling update's change to the pod template
@@ -77,6 +78,8 @@ class InstalledFaults(Faults):
         self.killed: dict = {}               # (pod, container) -> SIGKILLs sent by a fault
         self._killed_lock = threading.Lock()
         self._probes = 0
+        self.lease_losses = LeaseLosses(lambda: release_pods(cluster), previous_output(cluster),
+                                        self._expect_restart)
 
     def problems(self) -> list:
         """What stopped running, in words; a container restarted no more often than a fault
@@ -84,6 +87,14 @@ class InstalledFaults(Faults):
         with self._killed_lock:
             expected = dict(self.killed)
         return self.c.problems(expected_restarts=expected)
+
+    def restarts_apart(self) -> list:
+        """Restarts Kubernetes' design makes (a lost Lease during an API outage), in words."""
+        return list(self.lease_losses.found)
+
+    def _expect_restart(self, pod: str, container: str) -> None:
+        with self._killed_lock:
+            self.killed[(pod, container)] = self.killed.get((pod, container), 0) + 1
 
     # Probes ----------------------------------------------------------------------------
 
@@ -227,6 +238,15 @@ class InstalledFaults(Faults):
         start = time.monotonic()
         until(self.webhook_admits, "the webhook admitting GPU pods")
         return time.monotonic() - start
+
+    def apiserver_restarted(self) -> float:
+        """As in the processes mode; a kube-scheduler that lost its Lease meanwhile is
+        counted apart (lease_loss.py)."""
+        return self.lease_losses.around("kube-apiserver-restarted", super().apiserver_restarted)
+
+    def etcd_paused(self) -> float:
+        """As in the processes mode; a lost Lease counted apart as above."""
+        return self.lease_losses.around("etcd-paused", super().etcd_paused)
 
     def control_rolling_update(self) -> float:
         """A changed pod template (an annotation) rolled out over hami-control's replicas, as

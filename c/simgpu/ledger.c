@@ -42,28 +42,49 @@ void sim_reap_locked(struct sim_device *d, int force)
         if (!alive)
             memset(p, 0, sizeof *p);
     }
+    sim_holds_sweep_locked(d); /* a dead holder's share of shared memory moves on */
 }
 
-/* This process's slot on `d`, claimed on first use; NULL when all slots are taken. */
-static struct sim_proc *my_slot_locked(struct sim_device *d)
+struct sim_self sim_self(void)
 {
-    int dev = (int)d->index;
     if (slots_pid != getpid()) /* a forked child is a new process with its own memory */
         sim_slots_init();
+    return (struct sim_self){slots_pid, my_start_time, slots_pid + sim_host_pid_offset()};
+}
+
+struct sim_proc *sim_slot_for_locked(struct sim_device *d, int32_t pid, uint64_t start_time,
+                                     int32_t host_pid)
+{
+    for (int i = 0; i < SIM_MAX_PROCS; i++)
+        if (d->procs[i].pid == pid && d->procs[i].start_time == start_time)
+            return &d->procs[i];
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        if (d->procs[i].pid == 0) {
+            memset(&d->procs[i], 0, sizeof d->procs[i]);
+            memset(d->bins.proc_ns[i], 0, sizeof d->bins.proc_ns[i]); /* a new process */
+            d->procs[i].pid = pid;
+            d->procs[i].start_time = start_time;
+            d->procs[i].host_pid = host_pid;
+            return &d->procs[i];
+        }
+    }
+    return NULL;
+}
+
+/* This process's slot on `d`, claimed on first use (or made for it by another process that
+ * passed it a charge: holds.c); NULL when all slots are taken. */
+struct sim_proc *sim_my_slot_locked(struct sim_device *d)
+{
+    int dev = (int)d->index;
+    struct sim_self me = sim_self();
     int i = my_slot[dev];
-    if (i >= 0 && d->procs[i].pid == slots_pid)
+    if (i >= 0 && d->procs[i].pid == me.pid && d->procs[i].start_time == me.start_time)
         return &d->procs[i];
     for (int pass = 0; pass < 2; pass++) {
-        for (i = 0; i < SIM_MAX_PROCS; i++) {
-            if (d->procs[i].pid == 0) {
-                memset(&d->procs[i], 0, sizeof d->procs[i]);
-                memset(d->bins.proc_ns[i], 0, sizeof d->bins.proc_ns[i]); /* a new process */
-                d->procs[i].pid = slots_pid;
-                d->procs[i].start_time = my_start_time;
-                d->procs[i].host_pid = slots_pid + sim_host_pid_offset();
-                my_slot[dev] = i;
-                return &d->procs[i];
-            }
+        struct sim_proc *p = sim_slot_for_locked(d, me.pid, me.start_time, me.host_pid);
+        if (p) {
+            my_slot[dev] = (int)(p - d->procs);
+            return p;
         }
         sim_reap_locked(d, 1);
     }
@@ -74,6 +95,12 @@ static void release_if_idle(struct sim_proc *p)
 {
     if (p->used_bytes == 0 && p->contexts == 0)
         memset(p, 0, sizeof *p);
+}
+
+void sim_slot_sub_locked(struct sim_proc *p, uint64_t bytes)
+{
+    p->used_bytes -= bytes < p->used_bytes ? bytes : p->used_bytes;
+    release_if_idle(p);
 }
 
 uint64_t sim_used_locked(const struct sim_device *d)
@@ -99,7 +126,7 @@ int sim_charge(int dev, uint64_t bytes)
             return -1;
         }
     }
-    struct sim_proc *p = my_slot_locked(d);
+    struct sim_proc *p = sim_my_slot_locked(d);
     if (p)
         p->used_bytes += bytes;
     sim_unlock();
@@ -112,11 +139,9 @@ void sim_uncharge(int dev, uint64_t bytes)
     if (!d)
         return;
     sim_lock();
-    struct sim_proc *p = my_slot_locked(d);
-    if (p) {
-        p->used_bytes -= bytes < p->used_bytes ? bytes : p->used_bytes;
-        release_if_idle(p);
-    }
+    struct sim_proc *p = sim_my_slot_locked(d);
+    if (p)
+        sim_slot_sub_locked(p, bytes);
     sim_unlock();
 }
 
@@ -126,7 +151,7 @@ void sim_context_count(int dev, int delta)
     if (!d)
         return;
     sim_lock();
-    struct sim_proc *p = my_slot_locked(d);
+    struct sim_proc *p = sim_my_slot_locked(d);
     if (p) {
         if (delta < 0 && p->contexts < (uint32_t)-delta)
             p->contexts = 0;

@@ -58,9 +58,10 @@ class SimGpu:
         self.state_dir = state_dir
         self.children = []
 
-    def spawn(self, code, env=None, **kw):
-        """Starts a child running PRELUDE + code in its own process group."""
-        proc = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+    def spawn(self, code, env=None, args=(), **kw):
+        """Starts a child running PRELUDE + code (sys.argv[1:]: args) in its own process
+        group."""
+        proc = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(code), *args],
                                 env=env or self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
         self.children.append(proc)

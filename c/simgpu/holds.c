@@ -39,7 +39,12 @@ int sim_ordinal_of_record(int record)
 
 static int alive(const struct sim_hold *h)
 {
-    return h->start_time ? hami_proc_start_time(h->pid) == h->start_time : kill(h->pid, 0) == 0;
+    return sim_proc_alive(h->pid, h->pidns, h->start_time);
+}
+
+static struct sim_self holder(const struct sim_hold *h)
+{
+    return (struct sim_self){h->pid, h->start_time, h->host_pid, h->pidns};
 }
 
 static int same_memory(const struct sim_hold *h, uint64_t ino, int record)
@@ -72,7 +77,8 @@ static int charged_locked(const struct sim_hold *t, uint64_t ino, int record)
 /* Puts the memory on holder h's slot (found, or made for it). */
 static void charge_locked(struct sim_device *d, struct sim_hold *h, uint64_t bytes)
 {
-    struct sim_proc *p = sim_slot_for_locked(d, h->pid, h->start_time, h->host_pid);
+    struct sim_self who = holder(h);
+    struct sim_proc *p = sim_slot_for_locked(d, &who);
     if (p)
         p->used_bytes += bytes;
     h->bytes = bytes;
@@ -84,7 +90,7 @@ static struct sim_hold *mine_locked(struct sim_hold *t, uint64_t ino, int record
 {
     for (int i = 0; i < SIM_MAX_HOLDS; i++)
         if (same_memory(&t[i], ino, record) && t[i].pid == me->pid &&
-            t[i].start_time == me->start_time)
+            t[i].start_time == me->start_time && t[i].pidns == me->pidns)
             return &t[i];
     return NULL;
 }
@@ -111,7 +117,8 @@ int sim_hold_add(int dev, uint64_t ino, uint64_t bytes, int charged)
         int orphan = !charged && !charged_locked(t, ino, record);
         t[i] = (struct sim_hold){.ino = ino, .bytes = bytes, .start_time = me.start_time,
                                  .pid = me.pid, .host_pid = me.host_pid, .record = record,
-                                 .charged = (uint32_t)(charged != 0), .refs = 1};
+                                 .charged = (uint32_t)(charged != 0), .refs = 1,
+                                 .pidns = me.pidns};
         if (orphan)
             charge_locked(d, &t[i], bytes);
         rc = 0;
@@ -132,7 +139,7 @@ int sim_hold_drop(int dev, uint64_t ino)
     struct sim_hold *h = mine_locked(t, ino, record, &me);
     if (h && --h->refs == 0) {
         if (h->charged) {
-            struct sim_proc *p = sim_slot_for_locked(d, me.pid, me.start_time, me.host_pid);
+            struct sim_proc *p = sim_slot_for_locked(d, &me);
             if (p)
                 sim_slot_sub_locked(p, h->bytes);
             struct sim_hold *heir = heir_locked(t, ino, record, h);
@@ -157,7 +164,8 @@ void sim_holds_sweep_locked(struct sim_device *d)
             /* the dead holder's slot goes now, not at the next reap, so the memory is never
              * counted twice */
             for (int k = 0; k < SIM_MAX_PROCS; k++)
-                if (d->procs[k].pid == h->pid && d->procs[k].start_time == h->start_time)
+                if (d->procs[k].pid == h->pid && d->procs[k].start_time == h->start_time &&
+                    d->procs[k].pidns == h->pidns)
                     memset(&d->procs[k], 0, sizeof d->procs[k]);
             struct sim_hold *heir = heir_locked(t, h->ino, record, h);
             if (heir && !heir->charged)

@@ -33,13 +33,11 @@ void sim_reap_locked(struct sim_device *d, int force)
     last_reap[dev] = now;
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         struct sim_proc *p = &d->procs[i];
-        if (p->pid == 0 || p->pid == slots_pid)
+        if (p->pid == 0 || (p->pid == slots_pid && p->pidns == sim_my_pidns()))
             continue;
-        /* Same pid and same start time: the same live process. Without /proc, the
-         * recorded start time is 0 and only the pid's existence can be checked. */
-        int alive = p->start_time ? hami_proc_start_time(p->pid) == p->start_time
-                                  : kill(p->pid, 0) == 0;
-        if (!alive)
+        /* Same pid and same start time: the same live process (pidns.c: it may live in
+         * another PID namespace) */
+        if (!sim_proc_alive(p->pid, p->pidns, p->start_time))
             memset(p, 0, sizeof *p);
     }
     sim_holds_sweep_locked(d); /* a dead holder's share of shared memory moves on */
@@ -49,22 +47,24 @@ struct sim_self sim_self(void)
 {
     if (slots_pid != getpid()) /* a forked child is a new process with its own memory */
         sim_slots_init();
-    return (struct sim_self){slots_pid, my_start_time, slots_pid + sim_host_pid_offset()};
+    return (struct sim_self){slots_pid, my_start_time, slots_pid + sim_host_pid_offset(),
+                             sim_my_pidns()};
 }
 
-struct sim_proc *sim_slot_for_locked(struct sim_device *d, int32_t pid, uint64_t start_time,
-                                     int32_t host_pid)
+struct sim_proc *sim_slot_for_locked(struct sim_device *d, const struct sim_self *who)
 {
     for (int i = 0; i < SIM_MAX_PROCS; i++)
-        if (d->procs[i].pid == pid && d->procs[i].start_time == start_time)
+        if (d->procs[i].pid == who->pid && d->procs[i].start_time == who->start_time &&
+            d->procs[i].pidns == who->pidns)
             return &d->procs[i];
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         if (d->procs[i].pid == 0) {
             memset(&d->procs[i], 0, sizeof d->procs[i]);
             memset(d->bins.proc_ns[i], 0, sizeof d->bins.proc_ns[i]); /* a new process */
-            d->procs[i].pid = pid;
-            d->procs[i].start_time = start_time;
-            d->procs[i].host_pid = host_pid;
+            d->procs[i].pid = who->pid;
+            d->procs[i].start_time = who->start_time;
+            d->procs[i].host_pid = who->host_pid;
+            d->procs[i].pidns = who->pidns;
             return &d->procs[i];
         }
     }
@@ -78,10 +78,11 @@ struct sim_proc *sim_my_slot_locked(struct sim_device *d)
     int dev = (int)d->index;
     struct sim_self me = sim_self();
     int i = my_slot[dev];
-    if (i >= 0 && d->procs[i].pid == me.pid && d->procs[i].start_time == me.start_time)
+    if (i >= 0 && d->procs[i].pid == me.pid && d->procs[i].start_time == me.start_time &&
+        d->procs[i].pidns == me.pidns)
         return &d->procs[i];
     for (int pass = 0; pass < 2; pass++) {
-        struct sim_proc *p = sim_slot_for_locked(d, me.pid, me.start_time, me.host_pid);
+        struct sim_proc *p = sim_slot_for_locked(d, &me);
         if (p) {
             my_slot[dev] = (int)(p - d->procs);
             return p;

@@ -119,16 +119,29 @@ uint64_t sim_device_used(int dev);
 void sim_slots_init(void);
 /* Who this process is in the ledger (a forked child learns it afresh). */
 struct sim_self {
-    int32_t pid;
+    int32_t pid; /* in its own PID namespace */
     uint64_t start_time;
     int32_t host_pid;
+    uint64_t pidns;
 };
 struct sim_self sim_self(void);
 /* This process's slot on a device record, claimed on first use; NULL when all are taken. */
 struct sim_proc *sim_my_slot_locked(struct sim_device *d);
-/* The slot of process (pid, start_time) on `d`, made for it when it has none. */
-struct sim_proc *sim_slot_for_locked(struct sim_device *d, int32_t pid, uint64_t start_time,
-                                     int32_t host_pid);
+/* The slot of a process on `d`, made for it when it has none. */
+struct sim_proc *sim_slot_for_locked(struct sim_device *d, const struct sim_self *who);
+
+/* ---- other PID namespaces (pidns.c) ---- */
+/* This process's PID namespace (the inode of /proc/self/ns/pid); 0 when unreadable. */
+uint64_t sim_my_pidns(void);
+/* The PID, in this process's namespace, of process `pid` of namespace `pidns` started at
+ * `start_time`; 0 when this process cannot see it (or it is gone). */
+int32_t sim_pid_here(int32_t pid, uint64_t pidns, uint64_t start_time);
+/* Whether that process lives; one this process cannot see into counts as alive (a process
+ * that can see it judges). */
+int sim_proc_alive(int32_t pid, uint64_t pidns, uint64_t start_time);
+/* The PID NVML reports to this process for a slot, as a real driver translates it for the
+ * caller's namespace (HAMI_SIM_PID_OFFSET applies within one namespace); 0: not visible. */
+int32_t sim_nvml_pid(const struct sim_proc *p);
 /* Takes `bytes` off a slot, freeing the slot when nothing is left on it. */
 void sim_slot_sub_locked(struct sim_proc *p, uint64_t bytes);
 /* The index of a device record (sim_device_record's argument); -1 if it is none. */

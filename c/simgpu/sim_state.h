@@ -48,7 +48,8 @@ struct sim_proc {
     uint32_t contexts;   /* live contexts of this process on this device */
     uint64_t start_time; /* field 22 of /proc/<pid>/stat: guards against pid reuse */
     uint64_t used_bytes; /* device memory this process holds (allocations, pools, ctx) */
-    uint64_t reserved[4];
+    uint64_t pidns;      /* its PID namespace (/proc/self/ns/pid inode): pid is within it */
+    uint64_t reserved[3];
     int32_t host_pid; /* the pid NVML reports: pid + HAMI_SIM_PID_OFFSET of the process */
     uint32_t reserved2;
 };
@@ -165,7 +166,8 @@ struct sim_hold {
     uint32_t charged;    /* 1: this holder's slot carries `bytes` */
     uint32_t refs;       /* the holder's own references (handles, imports) */
     uint32_t reserved;
-    uint64_t reserved2[2];
+    uint64_t pidns;      /* the holder's PID namespace, as in sim_proc */
+    uint64_t reserved2;
 };
 
 struct sim_state {

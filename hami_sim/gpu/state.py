@@ -23,7 +23,8 @@ class SimProc(ctypes.Structure):
     """One process using one device (pid 0: free slot)."""
     _fields_ = [("pid", ctypes.c_int32), ("contexts", ctypes.c_uint32),
                 ("start_time", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
-                ("reserved", ctypes.c_uint64 * 4), ("host_pid", ctypes.c_int32),
+                ("pidns", ctypes.c_uint64), ("reserved", ctypes.c_uint64 * 3),
+                ("host_pid", ctypes.c_int32),
                 ("reserved2", ctypes.c_uint32)]
 
 
@@ -98,7 +99,8 @@ class SimHold(ctypes.Structure):
                 ("start_time", ctypes.c_uint64), ("pid", ctypes.c_int32),
                 ("host_pid", ctypes.c_int32), ("record", ctypes.c_int32),
                 ("charged", ctypes.c_uint32), ("refs", ctypes.c_uint32),
-                ("reserved", ctypes.c_uint32), ("reserved2", ctypes.c_uint64 * 2)]
+                ("reserved", ctypes.c_uint32), ("pidns", ctypes.c_uint64),
+                ("reserved2", ctypes.c_uint64)]
 
 
 class SimState(ctypes.Structure):

@@ -58,6 +58,20 @@ def test_exec_without_the_preload_is_caught(hostile, tenant):
     caught(hostile, tenant.name, started)
 
 
+def test_a_process_in_its_own_pid_namespace_is_mapped_by_its_host_pid_and_caught(hostile,
+                                                                                   tenant):
+    # A container without hostPID: its own PID namespace and /proc. The driver names the
+    # process to hami-node (in the host's namespace) by its host PID, whose cgroup is the pod's.
+    started = time.monotonic()
+    proc, out = tenant.run_tenant("plain", 512, 60, prefix=(
+        "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "env", "-u", "LD_PRELOAD"))
+    assert out["held_mib"] == 512 and out["pid"] != proc.pid   # PID 1 of its own namespace
+    caught(hostile, tenant.name, started)
+    (event,) = hostile.events(tenant.name, MEMORY)
+    host_pids = [int(p) for p in (tenant.cgroup / "cgroup.procs").read_text().split()]
+    assert any(str(p) in event.message for p in host_pids if p != proc.pid), event.message
+
+
 def test_ld_so_preload_emptied_by_root_in_its_mount_namespace_is_caught(hostile, tenant,
                                                                         tmp_path):
     # The container: its own mount namespace whose /etc/ld.so.preload lists the shim (an

@@ -60,7 +60,7 @@ static struct sim_hold *heir_locked(struct sim_hold *t, uint64_t ino, int record
     for (int i = 0; i < SIM_MAX_HOLDS; i++) {
         struct sim_hold *h = &t[i];
         if (h != skip && same_memory(h, ino, record) && alive(h) &&
-            (!best || h->start_time < best->start_time))
+            (!best || h->since_ns < best->since_ns))
             best = h;
     }
     return best;
@@ -118,7 +118,7 @@ int sim_hold_add(int dev, uint64_t ino, uint64_t bytes, int charged)
         t[i] = (struct sim_hold){.ino = ino, .bytes = bytes, .start_time = me.start_time,
                                  .pid = me.pid, .host_pid = me.host_pid, .record = record,
                                  .charged = (uint32_t)(charged != 0), .refs = 1,
-                                 .pidns = me.pidns};
+                                 .pidns = me.pidns, .since_ns = sim_now_ns()};
         if (orphan)
             charge_locked(d, &t[i], bytes);
         rc = 0;

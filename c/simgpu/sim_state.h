@@ -167,7 +167,7 @@ struct sim_hold {
     uint32_t refs;       /* the holder's own references (handles, imports) */
     uint32_t reserved;
     uint64_t pidns;      /* the holder's PID namespace, as in sim_proc */
-    uint64_t reserved2;
+    int64_t since_ns;    /* when it took the memory (CLOCK_MONOTONIC) */
 };
 
 struct sim_state {

@@ -100,7 +100,7 @@ class SimHold(ctypes.Structure):
                 ("host_pid", ctypes.c_int32), ("record", ctypes.c_int32),
                 ("charged", ctypes.c_uint32), ("refs", ctypes.c_uint32),
                 ("reserved", ctypes.c_uint32), ("pidns", ctypes.c_uint64),
-                ("reserved2", ctypes.c_uint64)]
+                ("since_ns", ctypes.c_int64)]
 
 
 class SimState(ctypes.Structure):

@@ -165,3 +165,16 @@ def test_freeing_exported_memory_leaves_it_to_the_importer(sim):
     maker.stdin.write("\n"); maker.stdin.flush()
     assert read_line(maker) == {"freed": True}
     assert nvml(sim) == ({made["pid"]: 0, got["pid"]: 64 * MiB}, 64 * MiB)
+
+
+def test_with_several_importers_the_charge_passes_in_the_order_they_took_it(sim):
+    maker, made = start(sim, VMM_MAKER)
+    first, a = start(sim, VMM_IMPORTER, made["where"])
+    second, b = start(sim, VMM_IMPORTER, made["where"])
+    seen = []
+    for gone in (maker, first):
+        gone.kill()
+        gone.wait()
+        seen.append(nvml(sim))
+    assert seen == [({a["pid"]: 64 * MiB, b["pid"]: 0}, 64 * MiB),     # an assumption:
+                    ({b["pid"]: 64 * MiB}, 64 * MiB)]                   # docs/simgpu.md

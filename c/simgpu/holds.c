@@ -5,10 +5,8 @@
  * more than one process holds") says what a real driver is known to do and what is assumed.
  * The rows live in the shared state (sim_state.holds), so the reaper of any process passes a
  * dead holder's charge on. */
-#include <signal.h>
 #include <string.h>
 
-#include "hami_proc.h"
 #include "sim.h"
 
 static struct sim_hold *table(void)

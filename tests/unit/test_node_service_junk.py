@@ -52,14 +52,19 @@ ALLOCATE_JUNK = [
 ]
 
 
-@pytest.mark.parametrize("request_, says", [c[1:] for c in ALLOCATE_JUNK],
-                         ids=[c[0] for c in ALLOCATE_JUNK])
-def test_allocate_junk_touches_no_pod(request_, says):
+def refusal(method: str, request_):
+    """(status code, message, the allocator) of a call that the service must refuse."""
     allocator = Allocator()
     service = DevicePluginService(Table(), allocator, log=lambda _m: None)
     with pytest.raises(Aborted) as refused:
-        service.Allocate(request_, Context())
-    code, message = refused.value.args
+        getattr(service, method)(request_, Context())
+    return (*refused.value.args, allocator)
+
+
+@pytest.mark.parametrize("request_, says", [c[1:] for c in ALLOCATE_JUNK],
+                         ids=[c[0] for c in ALLOCATE_JUNK])
+def test_allocate_junk_touches_no_pod(request_, says):
+    code, message, allocator = refusal("Allocate", request_)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and says in message
     assert "no pod was touched" in message and allocator.asked == []
 
@@ -81,11 +86,7 @@ PREFERRED_JUNK = [
 @pytest.mark.parametrize("request_, says", [c[1:] for c in PREFERRED_JUNK],
                          ids=[c[0] for c in PREFERRED_JUNK])
 def test_preferred_allocation_junk_is_refused(request_, says):
-    allocator = Allocator()
-    service = DevicePluginService(Table(), allocator, log=lambda _m: None)
-    with pytest.raises(Aborted) as refused:
-        service.GetPreferredAllocation(request_, Context())
-    code, message = refused.value.args
+    code, message, allocator = refusal("GetPreferredAllocation", request_)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and says in message
     assert allocator.asked == []
 

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hami_common.constants import DRA_DRIVER
 from hami_common.dra_request import claim_devices, published_sizes
 from hami_common.request import parse_pod
+from hami_control.webhook.claims import template_labels
 from hami_control.webhook.dra import ANNO_DRA_CLAIMS, ask_record
 from hami_node.dra.slices import SliceOptions, build_slice
 from hami_node.plugin.backend import Gpu
@@ -59,7 +60,8 @@ def dra_pods(pods, namespace: str, gpus: list, scheduler: str = "") -> tuple:
                 templates[key] = {
                     "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                     "metadata": {"name": f"shape-{len(templates)}", "namespace": namespace},
-                    "spec": {"spec": {"devices": claim_devices(
+                    "spec": {"metadata": {"labels": template_labels()},
+                             "spec": {"devices": claim_devices(
                         ask, filters, published_sizes(gpus, filters))}}}
             del ctr["resources"]["limits"]
             ctr["resources"]["claims"] = [{"name": "gpu"}]

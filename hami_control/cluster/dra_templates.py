@@ -21,6 +21,7 @@ from hami_common.request import parse_filters
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.api import ApiError, Conflict
 from hami_control.cluster.events import warn_pod
+from hami_control.webhook.claims import template_labels
 from hami_control.webhook.dra import recorded_asks
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,8 @@ def templates_for(pod: dict, gpus: Callable[[], list]) -> list:
     return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
              "metadata": {"name": name, "namespace": meta.get("namespace"),
                           "ownerReferences": [owner]},
-             "spec": {"spec": {"devices": claim_devices(ask, filters, known)}}}
+             "spec": {"metadata": {"labels": template_labels()},
+                      "spec": {"devices": claim_devices(ask, filters, known)}}}
             for name, ask in sorted(asks.items())]
 
 

@@ -171,6 +171,8 @@ def test_templates_are_made_owned_by_the_pod_once_and_conflicts_are_fine():
     for t in api.templates.values():
         assert t["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
         assert t["metadata"]["namespace"] == "ns"
+        # Kubernetes copies these labels to the claims: the claim webhook knows them by it.
+        assert t["spec"]["metadata"]["labels"] == {"hami.io/dra-claim": "true"}
     selectors = [t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
                  for t in api.templates.values()]
     assert all('contains("t4")' in s[0]["cel"]["expression"] for s in selectors)
@@ -201,3 +203,4 @@ def test_the_sizes_a_percentage_may_take_follow_the_pods_filters():
                             [15360])
     assert devices["requests"][0]["exactly"]["capacity"] == {"requests": {"memory": "1536Mi"}}
     assert templates_for({"metadata": {}}, lambda: []) == []
+

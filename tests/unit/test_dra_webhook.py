@@ -204,3 +204,18 @@ def test_the_sizes_a_percentage_may_take_follow_the_pods_filters():
     assert devices["requests"][0]["exactly"]["capacity"] == {"requests": {"memory": "1536Mi"}}
     assert templates_for({"metadata": {}}, lambda: []) == []
 
+
+def test_a_percentage_template_takes_the_sizes_from_the_given_cache_not_a_list():
+    api, pod = FakeApi(), created_pod()
+    anno = json.loads(pod["metadata"]["annotations"][ANNO_DRA_CLAIMS])
+    for record in anno.values():
+        record.update(memMiB=0, memPercent=50)
+    pod["metadata"]["annotations"][ANNO_DRA_CLAIMS] = json.dumps(anno)
+    cached = published_gpus(api.list_slices("d"))
+    api.list_slices = lambda driver: pytest.fail("listed the slices for one pod")
+    calls = []
+    assert DraTemplates(api, gpus=lambda: calls.append(1) or cached).make(pod)
+    assert calls and len(api.templates) == 2 and not api.events
+    for t in api.templates.values():
+        exactly = t["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+        assert exactly["capacity"]["requests"]["memory"] == "7680Mi"     # 50 % of the T4

@@ -201,8 +201,9 @@ class DraNodes:
             self.view.reserve(held)
 
     def _assume(self, request, answer: list) -> None:
-        best = [a["Host"] for a in answer if a["Score"] == answer_max(answer)]
-        if not request.uid or len(best) != 1 or answer_max(answer) == 0:
+        top = answer_max(answer)
+        best = [a["Host"] for a in answer if a["Score"] == top]
+        if not request.uid or len(best) != 1 or top == 0:
             return
         decision = self.engine.place(self.view, request, best)
         if not decision.ok:

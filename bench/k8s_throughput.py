@@ -197,7 +197,7 @@ def server_times(control) -> dict:
     _, body = control.client.request("GET", "/metrics")
     sums, counts = {}, {}
     for line in (body.decode() if isinstance(body, bytes) else body).splitlines():
-        for verb in ("webhook", "filter", "bind"):
+        for verb in ("webhook", "filter", "bind", "prioritize"):
             name = f"hami_control_{verb}_seconds"
             if line.startswith(name + "_sum"):
                 sums[verb] = float(line.split()[-1])
@@ -253,7 +253,7 @@ def apiserver_counters(c) -> dict:
 
 
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
-        dra: bool = False, profile=None, scores: bool = False) -> dict:
+        dra: bool = False, profile=None, scores: bool = False, finalizer: bool = True) -> dict:
     """Creates the pods for scheduler (with `dra`, claims of our DRA driver instead of
     nvidia.com/* resources); the figures once each is bound (or WAIT_S passed without a
     binding)."""
@@ -264,7 +264,7 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
         templates, bodies = dra_pods(pods, namespace, [(d.type, d.id, d.devmem)
                                                        for n in load_gpu_nodes()
                                                        for d in n.devices(SPLIT)],
-                                     scheduler if scores else "")
+                                     scheduler if scores else "", finalizer)
         c.apply(templates)
     else:
         bodies = [pod_body(p, namespace, scheduler) for p in pods]
@@ -290,7 +290,7 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
     cpu = {name: round(t - cpu.get(name, 0.0), 1) for name, t in cpu_seconds(c).items()}
     packing = packing_claims(c, namespace) if dra else \
         packing_real(v1, namespace) if agent else None
-    served = server_times(c.control) if agent else None
+    served = server_times(c.control) if agent or scores else None
     if len(bound) < len(pods):      # say why the rest stayed unbound
         left = next(p for p in v1.list_namespaced_pod(namespace).items
                     if not p.spec.node_name)
@@ -333,6 +333,10 @@ def main() -> int:
                     help="leave out the DRA run through hami-scheduler's prioritize extender")
     ap.add_argument("--no-extender", dest="extender", action="store_false",
                     help="leave out the extender run (DRA and kube-scheduler alone only)")
+    ap.add_argument("--dra-without-finalizer", dest="bare", action="store_true",
+                    help="one more DRA run whose claims lack the webhook's label, so that "
+                         "kube-scheduler adds its delete-protection finalizer itself (the "
+                         "write the webhook saves)")
     ap.add_argument("--nodes-to-score", type=int, default=None, metavar="PERCENT",
                     help="percentageOfNodesToScore in every kube-scheduler's configuration "
                          "(default: kube-scheduler's adaptive one)")
@@ -354,7 +358,7 @@ def main() -> int:
         c.scheduler_settings = {"percentageOfNodesToScore": args.nodes_to_score}
         print(f"percentageOfNodesToScore: {args.nodes_to_score} in every kube-scheduler",
               flush=True)
-    dra = ours = scored = None
+    dra = ours = scored = bare = None
     c.control_args = ["--handshake-interval", "0", "--log-level", "warning",
                       *args.control_arg]
     try:
@@ -375,8 +379,13 @@ def main() -> int:
             profile = (args.profile, c.root / "dra-scheduler.pprof") if args.profile else None
             dra = run(c, pods, "bench-dra", "default-scheduler", args.threads, agent=False,
                       dra=True, profile=profile)
+            last = "bench-dra"
+            if args.bare:
+                clear_claims(c, last, args.threads)     # the same GPUs free again
+                bare = run(c, pods, last := "bench-dra-bare", "default-scheduler",
+                           args.threads, agent=False, dra=True, finalizer=False)
             if args.scores:
-                clear_claims(c, "bench-dra", args.threads)     # the same GPUs free again
+                clear_claims(c, last, args.threads)
                 scored = run(c, pods, "bench-dra-scores", C.SCHEDULER_NAME, args.threads,
                              agent=False, dra=True, scores=True)
         alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)
@@ -384,7 +393,7 @@ def main() -> int:
         c.stop()
         if args.keep or args.profile:
             print(f"logs kept in {c.logs}", file=sys.stderr)
-    report(ours, alone, dra, packing_replay(nodes, pods), len(pods), scored)
+    report(ours, alone, dra, packing_replay(nodes, pods), len(pods), scored, bare)
     return 0
 
 

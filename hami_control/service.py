@@ -69,7 +69,7 @@ class ControlPlane:
         self.dashboard = Dashboard(config.dashboard, self.state, config.defaults) \
             if config.dashboard else None
         self.published = PublishedGpus(api, clock)
-        self.dra_templates = DraTemplates(api, clock, gpus=self.published.gpus)
+        self.dra_templates = DraTemplates(api, clock, sizes=self.published.sizes)
         self.dra_nodes = DraNodes(clock)
         self.quota_gate = QuotaGate(self.state, api, self.published,
                                     lambda: self.leader.is_leader, clock,

@@ -202,7 +202,7 @@ def test_the_sizes_a_percentage_may_take_follow_the_pods_filters():
     devices = claim_devices(ContainerRequest("c", nums=1, mem_percent=10), DeviceFilters(),
                             [15360])
     assert devices["requests"][0]["exactly"]["capacity"] == {"requests": {"memory": "1536Mi"}}
-    assert templates_for({"metadata": {}}, lambda: []) == []
+    assert templates_for({"metadata": {}}, lambda filters: []) == []
 
 
 def test_a_percentage_template_takes_the_sizes_from_the_given_cache_not_a_list():
@@ -214,7 +214,8 @@ def test_a_percentage_template_takes_the_sizes_from_the_given_cache_not_a_list()
     cached = published_gpus(api.list_slices("d"))
     api.list_slices = lambda driver: pytest.fail("listed the slices for one pod")
     calls = []
-    assert DraTemplates(api, gpus=lambda: calls.append(1) or cached).make(pod)
+    assert DraTemplates(api, sizes=lambda f: calls.append(1) or published_sizes(cached, f)
+                        ).make(pod)
     assert calls and len(api.templates) == 2 and not api.events
     for t in api.templates.values():
         exactly = t["spec"]["spec"]["devices"]["requests"][0]["exactly"]

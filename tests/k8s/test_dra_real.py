@@ -249,6 +249,8 @@ def test_claims_carry_the_finalizer_from_birth_and_go_with_their_pods(dra):
         assert not [m for m in cl["metadata"].get("managedFields") or []
                     if m.get("manager") == "kube-scheduler" and not m.get("subresource")]
     assert not results(unplaced)
+    assert any(m.get("manager") == "kube-scheduler" and m.get("subresource") == "status"
+               for m in placed["metadata"]["managedFields"])     # the manager name is right
     for name in names:
         delete(c, name, namespace="dra-opt-in")
         wait_until(f"the claim of {name} collected with it", lambda n=name: not claim_of_pod(

@@ -242,11 +242,15 @@ def test_claims_carry_the_finalizer_from_birth_and_go_with_their_pods(dra):
     [unplaced], [placed] = [wait_until(f"the claim of {n}", lambda n=n: [
         cl for cl in claim_of_pod(c, n, "dra-opt-in") if cl["metadata"].get("finalizers")
         and (n == names[0] or results(cl))], 120) for n in names]
+    # (kubectl leaves managedFields out unless asked)
+    unplaced, placed = (json.loads(c.kubectl(
+        "get", "resourceclaim", cl["metadata"]["name"], "-n", "dra-opt-in", "-o", "json",
+        "--show-managed-fields")) for cl in (unplaced, placed))
     for cl in (unplaced, placed):
         assert cl["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
         assert cl["metadata"]["labels"] == {"hami.io/dra-claim": "true"}
         # kube-scheduler wrote the status alone: no finalizer Update of its own
-        assert not [m for m in cl["metadata"].get("managedFields") or []
+        assert not [m for m in cl["metadata"]["managedFields"]
                     if m.get("manager") == "kube-scheduler" and not m.get("subresource")]
     assert not results(unplaced)
     assert any(m.get("manager") == "kube-scheduler" and m.get("subresource") == "status"

@@ -27,6 +27,12 @@ ANNO_DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 ANNO_DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
 ANNO_BIND_PHASE = "hami.io/bind-phase"
 ANNO_BIND_TIME = "hami.io/bind-time"
+# What only hami-control and hami-node write on a pod (and the node lock, a node's): a pod
+# created with any of them is refused by the webhook, since the view would count a forged
+# decision as GPUs held and hami-node could take it for a pod waiting for its GPUs.
+SCHEDULER_POD_ANNOTATIONS = (ANNO_VGPU_NODE, ANNO_VGPU_TIME, ANNO_DEVICES_TO_ALLOCATE,
+                             ANNO_DEVICES_ALLOCATED, ANNO_BIND_PHASE, ANNO_BIND_TIME,
+                             ANNO_NODE_LOCK)
 BIND_PHASE_ALLOCATING = "allocating"
 BIND_PHASE_SUCCESS = "success"
 BIND_PHASE_FAILED = "failed"
@@ -59,6 +65,7 @@ DEVICE_MODE_MIG = "mig"
 # device that the node agent completes with the instance it made.
 ANNO_VGPU_MODE = "nvidia.com/vgpu-mode"
 ANNO_MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
+SCHEDULER_POD_ANNOTATIONS += (ANNO_MIG_ALLOCATIONS,)
 
 # Dynamic Resource Allocation (resource.k8s.io/v1): our driver, under a domain the project owns
 # (its GitHub organisation's pages), its DeviceClass, CDI kind and the capacities it publishes.

@@ -160,7 +160,7 @@ def _read_gpu_values(name: str, resources: Mapping) -> dict:
 
 
 def _check_ranges(name: str, v: dict) -> None:
-    if v.get(C.RESOURCE_MEM_PERCENTAGE, 0) > 100:
+    if not 1 <= v.get(C.RESOURCE_MEM_PERCENTAGE, 1) <= 100:   # 0 would be taken as unset
         raise RequestError(f"container {name!r}: {C.RESOURCE_MEM_PERCENTAGE} is "
                            f"{v[C.RESOURCE_MEM_PERCENTAGE]}, it must be between 1 and 100")
     if v.get(C.RESOURCE_CORES, 0) > 100:

@@ -62,6 +62,7 @@ typedef enum CUmemAllocationHandleType_enum {
     HAMI_CU_MEM_HANDLE_TYPES(HAMI_ENUM_ITEM)
 } CUmemAllocationHandleType;
 typedef enum CUmemAccess_flags_enum { HAMI_CU_MEM_ACCESS_FLAGS(HAMI_ENUM_ITEM) } CUmemAccess_flags;
+typedef enum CUipcMem_flags_enum { HAMI_CU_IPC_MEM_FLAGS(HAMI_ENUM_ITEM) } CUipcMem_flags;
 typedef enum CUmemAllocationGranularity_flags_enum {
     HAMI_CU_MEM_GRANULARITY_FLAGS(HAMI_ENUM_ITEM)
 } CUmemAllocationGranularity_flags;
@@ -133,6 +134,7 @@ typedef enum CUfunctionLoadingState_enum {
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_MEMHOSTREGISTER_IOMEMORY 0x04
+#define CU_IPC_HANDLE_SIZE 64
 #define CU_MEMHOSTREGISTER_READ_ONLY 0x08
 
 #else /* HAMI_CUDA_CONFORMANCE: the real cuda.h supplied every type above */
@@ -177,6 +179,10 @@ typedef struct HAMI_T(CUmemAllocationProp_st) {
         unsigned char reserved[4];
     } allocFlags;
 } HAMI_T(CUmemAllocationProp);
+
+typedef struct HAMI_T(CUipcMemHandle_st) {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} HAMI_T(CUipcMemHandle);
 
 typedef struct HAMI_T(CUmemAccessDesc_st) {
     HAMI_T(CUmemLocation) location;

@@ -127,7 +127,7 @@ CUresult sim_capture_alloc(CUdeviceptr *dptr, size_t bytes, struct CUstream_st *
 {
     uint64_t size = sim_alloc_size(bytes);
     void *mem = sim_map_memory(size);
-    struct sim_alloc a = {(uintptr_t)mem, size, 0, s->ctx->dev, ALLOC_GRAPH, NULL};
+    struct sim_alloc a = {(uintptr_t)mem, size, 0, s->ctx->dev, ALLOC_GRAPH, NULL, 0, -1};
     if (!mem || sim_alloc_put(&a) < 0) {
         if (mem)
             munmap(mem, size);

@@ -237,7 +237,8 @@ void *sim_map_memory(size_t bytes);
 
 /* ---- alloc_table.c: live allocations of this process, by base address ---- */
 enum sim_alloc_kind { ALLOC_DEVICE, ALLOC_MANAGED, ALLOC_HOST, ALLOC_POOL, ALLOC_GRAPH,
-                      ALLOC_REGISTERED /* the application's host memory, page-locked */ };
+                      ALLOC_REGISTERED, /* the application's host memory, page-locked */
+                      ALLOC_IPC /* another process's memory, opened from a legacy IPC handle */ };
 struct sim_alloc {
     uintptr_t base;
     size_t size;      /* bytes mapped */
@@ -245,6 +246,8 @@ struct sim_alloc {
     int dev;
     enum sim_alloc_kind kind;
     void *owner; /* the pool of an ALLOC_POOL allocation */
+    uint64_t ino; /* exported or imported by legacy IPC: its memfd's inode (cu_ipc.c); else 0 */
+    int fd;       /* the exporter's memfd while ino is set */
 };
 int sim_alloc_put(const struct sim_alloc *a);
 /* Removes the allocation starting at `base` into *out; -1 when there is none. */

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "cu_internal.h"
 
@@ -34,7 +35,7 @@ static CUresult device_alloc(CUdeviceptr *dptr, size_t bytes, enum sim_alloc_kin
     if (size < bytes || sim_charge(c->dev, size) < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = sim_map_memory(size);
-    struct sim_alloc a = {(uintptr_t)p, size, size, c->dev, kind, NULL};
+    struct sim_alloc a = {(uintptr_t)p, size, size, c->dev, kind, NULL, 0, -1};
     if (!p || sim_alloc_put(&a) < 0) {
         if (p)
             munmap(p, size);
@@ -82,7 +83,7 @@ static CUresult host_alloc(void **pp, size_t bytes)
         return CUDA_ERROR_INVALID_VALUE;
     size_t size = sim_round_up(bytes, 4096);
     void *p = sim_map_memory(size);
-    struct sim_alloc a = {(uintptr_t)p, size, 0, -1, ALLOC_HOST, NULL};
+    struct sim_alloc a = {(uintptr_t)p, size, 0, -1, ALLOC_HOST, NULL, 0, -1};
     if (!p || sim_alloc_put(&a) < 0) {
         if (p)
             munmap(p, size);
@@ -119,12 +120,18 @@ static CUresult free_alloc(uintptr_t base, int host)
         sim_alloc_put(&a); /* wrong kind of free: leave the allocation alone */
         return CUDA_ERROR_INVALID_VALUE;
     }
+    if (a.kind == ALLOC_IPC) {
+        sim_alloc_put(&a); /* opened from an IPC handle: cuIpcCloseMemHandle frees it */
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     if (a.kind == ALLOC_POOL) {
         sim_pool_release(&a);
         return CUDA_SUCCESS;
     }
     munmap((void *)a.base, a.size);
-    if (a.charged)
+    if (a.ino) /* exported: importers may still hold it, and the charge passes to them */
+        close(a.fd);
+    if (a.charged && !(a.ino && sim_hold_drop(a.dev, a.ino)))
         sim_uncharge(a.dev, a.charged);
     return CUDA_SUCCESS;
 }

@@ -112,7 +112,7 @@ static CUresult host_register(void *p, size_t bytesize, unsigned int Flags)
     if (sim_alloc_find((uintptr_t)p, &a) == 0 ||
         sim_alloc_find((uintptr_t)p + bytesize - 1, &a) == 0)
         return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-    struct sim_alloc r = {(uintptr_t)p, bytesize, 0, -1, ALLOC_REGISTERED, NULL};
+    struct sim_alloc r = {(uintptr_t)p, bytesize, 0, -1, ALLOC_REGISTERED, NULL, 0, -1};
     return sim_alloc_put(&r) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 

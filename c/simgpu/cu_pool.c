@@ -145,7 +145,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t bytes, struct CUmemPoolHand
     if (!ok)
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *mem = sim_map_memory(size);
-    struct sim_alloc a = {(uintptr_t)mem, size, 0, p->dev, ALLOC_POOL, p};
+    struct sim_alloc a = {(uintptr_t)mem, size, 0, p->dev, ALLOC_POOL, p, 0, -1};
     if (!mem || sim_alloc_put(&a) < 0) {
         if (mem)
             munmap(mem, size);

@@ -6,7 +6,8 @@
  * the device when its last reference is released and it is no longer mapped, as on a real
  * driver. Memory created with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR exports as a file
  * descriptor (the memfd itself) that another process imports: the same pages, counted once,
- * against the process that created them. */
+ * to one holder: the process that created them while it holds them, then the importer that has
+ * held them longest (holds.c), as a real driver's count comes to. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +30,11 @@ struct sim_phys {
     int refs;       /* cuMemCreate / import and cuMemRetainAllocationHandle take one */
     int imported;   /* memory another process created: not charged here */
     unsigned int handle_types;
+    uint64_t ino;   /* the memfd's inode once exported or imported (holds.c); else 0 */
 };
 
-#define MEMFD_PREFIX "hami-sim-vmm-dev"
+/* The memfd's name carries the device record, the same in every process's view. */
+#define MEMFD_PREFIX "hami-sim-vmm-rec"
 
 struct mapping {
     uintptr_t base;
@@ -77,7 +80,7 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     char name[32];
-    snprintf(name, sizeof name, MEMFD_PREFIX "%d", prop->location.id);
+    snprintf(name, sizeof name, MEMFD_PREFIX "%d", sim_record_of(sim_device(prop->location.id)));
     p->fd = memfd_create(name, MFD_CLOEXEC);
     if (p->fd < 0 || ftruncate(p->fd, (off_t)size) < 0) {
         if (p->fd >= 0)
@@ -100,7 +103,8 @@ static void destroy_if_unused_locked(struct sim_phys *p)
     if (p->refs > 0 || p->maps > 0)
         return;
     close(p->fd);
-    if (!p->imported)
+    /* memory others hold too: its charge moves on (holds.c) rather than leaving the device */
+    if (!(p->ino && sim_hold_drop(p->dev, p->ino)) && !p->imported)
         sim_uncharge(p->dev, p->size);
     p->magic = MAGIC_DEAD;
     free(p);
@@ -309,11 +313,18 @@ SIM_API CUresult cuMemExportToShareableHandle(void *shareableHandle,
     int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&vmm_lock);
+    struct stat st;
+    if (!p->ino && !p->imported && fstat(p->fd, &st) == 0 &&
+        sim_hold_add(p->dev, (uint64_t)st.st_ino, p->size, 1) == 0)
+        p->ino = (uint64_t)st.st_ino; /* from now on others may hold it */
+    pthread_mutex_unlock(&vmm_lock);
     *(int *)shareableHandle = fd;
     return CUDA_SUCCESS;
 }
 
-/* The device whose memory a descriptor holds: the memfd's name says it. */
+/* The device (this process's ordinal) whose memory a descriptor holds: the memfd's name says
+ * its record; -1 when it is no memory of a device this process sees. */
 static int imported_device(int fd)
 {
     char link[64], target[128];
@@ -323,7 +334,7 @@ static int imported_device(int fd)
         return -1;
     target[n] = '\0';
     const char *at = strstr(target, MEMFD_PREFIX);
-    return at ? atoi(at + strlen(MEMFD_PREFIX)) : -1;
+    return at ? sim_ordinal_of_record(atoi(at + strlen(MEMFD_PREFIX))) : -1;
 }
 
 SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
@@ -355,6 +366,8 @@ SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
     p->refs = 1;
     p->imported = 1;
     p->handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (sim_hold_add(dev, (uint64_t)st.st_ino, p->size, 0) == 0)
+        p->ino = (uint64_t)st.st_ino;
     *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
     return CUDA_SUCCESS;
 }

@@ -33,37 +33,59 @@ void sim_reap_locked(struct sim_device *d, int force)
     last_reap[dev] = now;
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         struct sim_proc *p = &d->procs[i];
-        if (p->pid == 0 || p->pid == slots_pid)
+        if (p->pid == 0 || (p->pid == slots_pid && p->pidns == sim_my_pidns()))
             continue;
-        /* Same pid and same start time: the same live process. Without /proc, the
-         * recorded start time is 0 and only the pid's existence can be checked. */
-        int alive = p->start_time ? hami_proc_start_time(p->pid) == p->start_time
-                                  : kill(p->pid, 0) == 0;
-        if (!alive)
+        /* Same pid and same start time: the same live process (pidns.c: it may live in
+         * another PID namespace) */
+        if (!sim_proc_alive(p->pid, p->pidns, p->start_time))
             memset(p, 0, sizeof *p);
     }
+    sim_holds_sweep_locked(d); /* a dead holder's share of shared memory moves on */
 }
 
-/* This process's slot on `d`, claimed on first use; NULL when all slots are taken. */
-static struct sim_proc *my_slot_locked(struct sim_device *d)
+struct sim_self sim_self(void)
 {
-    int dev = (int)d->index;
     if (slots_pid != getpid()) /* a forked child is a new process with its own memory */
         sim_slots_init();
+    return (struct sim_self){slots_pid, my_start_time, slots_pid + sim_host_pid_offset(),
+                             sim_my_pidns()};
+}
+
+struct sim_proc *sim_slot_for_locked(struct sim_device *d, const struct sim_self *who)
+{
+    for (int i = 0; i < SIM_MAX_PROCS; i++)
+        if (d->procs[i].pid == who->pid && d->procs[i].start_time == who->start_time &&
+            d->procs[i].pidns == who->pidns)
+            return &d->procs[i];
+    for (int i = 0; i < SIM_MAX_PROCS; i++) {
+        if (d->procs[i].pid == 0) {
+            memset(&d->procs[i], 0, sizeof d->procs[i]);
+            memset(d->bins.proc_ns[i], 0, sizeof d->bins.proc_ns[i]); /* a new process */
+            d->procs[i].pid = who->pid;
+            d->procs[i].start_time = who->start_time;
+            d->procs[i].host_pid = who->host_pid;
+            d->procs[i].pidns = who->pidns;
+            return &d->procs[i];
+        }
+    }
+    return NULL;
+}
+
+/* This process's slot on `d`, claimed on first use (or made for it by another process that
+ * passed it a charge: holds.c); NULL when all slots are taken. */
+struct sim_proc *sim_my_slot_locked(struct sim_device *d)
+{
+    int dev = (int)d->index;
+    struct sim_self me = sim_self();
     int i = my_slot[dev];
-    if (i >= 0 && d->procs[i].pid == slots_pid)
+    if (i >= 0 && d->procs[i].pid == me.pid && d->procs[i].start_time == me.start_time &&
+        d->procs[i].pidns == me.pidns)
         return &d->procs[i];
     for (int pass = 0; pass < 2; pass++) {
-        for (i = 0; i < SIM_MAX_PROCS; i++) {
-            if (d->procs[i].pid == 0) {
-                memset(&d->procs[i], 0, sizeof d->procs[i]);
-                memset(d->bins.proc_ns[i], 0, sizeof d->bins.proc_ns[i]); /* a new process */
-                d->procs[i].pid = slots_pid;
-                d->procs[i].start_time = my_start_time;
-                d->procs[i].host_pid = slots_pid + sim_host_pid_offset();
-                my_slot[dev] = i;
-                return &d->procs[i];
-            }
+        struct sim_proc *p = sim_slot_for_locked(d, &me);
+        if (p) {
+            my_slot[dev] = (int)(p - d->procs);
+            return p;
         }
         sim_reap_locked(d, 1);
     }
@@ -74,6 +96,12 @@ static void release_if_idle(struct sim_proc *p)
 {
     if (p->used_bytes == 0 && p->contexts == 0)
         memset(p, 0, sizeof *p);
+}
+
+void sim_slot_sub_locked(struct sim_proc *p, uint64_t bytes)
+{
+    p->used_bytes -= bytes < p->used_bytes ? bytes : p->used_bytes;
+    release_if_idle(p);
 }
 
 uint64_t sim_used_locked(const struct sim_device *d)
@@ -99,7 +127,7 @@ int sim_charge(int dev, uint64_t bytes)
             return -1;
         }
     }
-    struct sim_proc *p = my_slot_locked(d);
+    struct sim_proc *p = sim_my_slot_locked(d);
     if (p)
         p->used_bytes += bytes;
     sim_unlock();
@@ -112,11 +140,9 @@ void sim_uncharge(int dev, uint64_t bytes)
     if (!d)
         return;
     sim_lock();
-    struct sim_proc *p = my_slot_locked(d);
-    if (p) {
-        p->used_bytes -= bytes < p->used_bytes ? bytes : p->used_bytes;
-        release_if_idle(p);
-    }
+    struct sim_proc *p = sim_my_slot_locked(d);
+    if (p)
+        sim_slot_sub_locked(p, bytes);
     sim_unlock();
 }
 
@@ -126,7 +152,7 @@ void sim_context_count(int dev, int delta)
     if (!d)
         return;
     sim_lock();
-    struct sim_proc *p = my_slot_locked(d);
+    struct sim_proc *p = sim_my_slot_locked(d);
     if (p) {
         if (delta < 0 && p->contexts < (uint32_t)-delta)
             p->contexts = 0;

@@ -66,10 +66,11 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h,
     sim_reap_locked(d, 0);
     for (int i = 0; i < SIM_MAX_PROCS && stamp > lastSeenTimeStamp; i++) {
         const struct sim_proc *p = &d->procs[i];
-        if (!p->pid)
-            continue;
+        int32_t pid = p->pid ? sim_nvml_pid(p) : 0;
+        if (!pid)
+            continue; /* no process, or one the caller cannot see */
         memset(&found[n], 0, sizeof found[n]);
-        found[n].pid = (unsigned int)(p->host_pid ? p->host_pid : p->pid);
+        found[n].pid = (unsigned int)pid;
         found[n].timeStamp = stamp;
         found[n].smUtil = percent(sim_busy_binned_ns_locked(d, now - WINDOW_NS, now, p->pid), WINDOW_NS);
         n++;
@@ -103,9 +104,10 @@ static nvmlReturn_t processes(nvmlDevice_t h, unsigned int *count, nvmlProcessIn
         sim_reap_locked(x, 1);
         for (int i = 0; compute && i < SIM_MAX_PROCS; i++) {
             const struct sim_proc *p = &x->procs[i];
-            if (!p->pid)
-                continue;
-            found[n].pid = (unsigned int)(p->host_pid ? p->host_pid : p->pid);
+            int32_t pid = p->pid ? sim_nvml_pid(p) : 0;
+            if (!pid)
+                continue; /* no process, or one the caller cannot see */
+            found[n].pid = (unsigned int)pid;
             found[n].usedGpuMemory = sim_reported(p->used_bytes);
             found[n].gpuInstanceId = parts[r].gi_id;
             found[n].computeInstanceId = parts[r].ci_id;

@@ -117,6 +117,51 @@ void sim_context_count(int dev, int delta);
 uint64_t sim_device_used(int dev);
 /* Called once the state is mapped: remembers who this process is. */
 void sim_slots_init(void);
+/* Who this process is in the ledger (a forked child learns it afresh). */
+struct sim_self {
+    int32_t pid; /* in its own PID namespace */
+    uint64_t start_time;
+    int32_t host_pid;
+    uint64_t pidns;
+};
+struct sim_self sim_self(void);
+/* This process's slot on a device record, claimed on first use; NULL when all are taken. */
+struct sim_proc *sim_my_slot_locked(struct sim_device *d);
+/* The slot of a process on `d`, made for it when it has none. */
+struct sim_proc *sim_slot_for_locked(struct sim_device *d, const struct sim_self *who);
+
+/* ---- other PID namespaces (pidns.c) ---- */
+/* This process's PID namespace (the inode of /proc/self/ns/pid); 0 when unreadable. */
+uint64_t sim_my_pidns(void);
+/* The PID, in this process's namespace, of process `pid` of namespace `pidns` started at
+ * `start_time`; 0 when this process cannot see it (or it is gone). */
+int32_t sim_pid_here(int32_t pid, uint64_t pidns, uint64_t start_time);
+/* Whether that process lives; one this process cannot see into counts as alive (a process
+ * that can see it judges). */
+int sim_proc_alive(int32_t pid, uint64_t pidns, uint64_t start_time);
+/* The PID NVML reports to this process for a slot, as a real driver translates it for the
+ * caller's namespace (HAMI_SIM_PID_OFFSET applies within one namespace); 0: not visible. */
+int32_t sim_nvml_pid(const struct sim_proc *p);
+/* Takes `bytes` off a slot, freeing the slot when nothing is left on it. */
+void sim_slot_sub_locked(struct sim_proc *p, uint64_t bytes);
+/* The index of a device record (sim_device_record's argument); -1 if it is none. */
+int sim_record_of(const struct sim_device *d);
+/* This process's ordinal of a device record; -1 when it does not see it. */
+int sim_ordinal_of_record(int record);
+/* The whole mapped state; NULL when it could not be opened. */
+struct sim_state *sim_state_map(void);
+
+/* ---- memory more than one process holds (holds.c) ---- */
+/* This process holds the shared memory `ino` (a memfd's inode; `bytes` on device `dev`).
+ * `charged`: its slot already carries the bytes (the maker). Holding it again counts a
+ * reference. Returns 0, or -1 when the table is full. */
+int sim_hold_add(int dev, uint64_t ino, uint64_t bytes, int charged);
+/* Lets go of one reference; at the last, the charge (if this process carried it) moves to the
+ * holder that has held the memory longest, or leaves the device when none is left. Returns 0
+ * when this process held no row for it (the caller then settles its own charge). */
+int sim_hold_drop(int dev, uint64_t ino);
+/* Rows of dead holders on `d`: their charges move on; caller holds the lock. */
+void sim_holds_sweep_locked(struct sim_device *d);
 /* Frees the slots of processes that are gone; caller holds the lock. */
 void sim_reap_locked(struct sim_device *d, int force);
 

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define SIM_STATE_MAGIC 0x314d4953494d4148ULL /* "HAMISIM1" read as little-endian bytes */
-#define SIM_STATE_VERSION 3
+#define SIM_STATE_VERSION 4
 #define SIM_STATE_FILE "gpus.state"
 
 #define SIM_MAX_DEVICES 16
@@ -38,6 +38,7 @@
 #define SIM_MIG_GIS 7      /* GPU instances per GPU: 7 on every MIG-capable model simulated */
 #define SIM_MIG_CIS 7      /* compute instances per GPU instance */
 #define SIM_MIG_RECORDS 24 /* device records for GPU instances, shared by the node's GPUs */
+#define SIM_MAX_HOLDS 1024 /* (process, shared allocation) pairs: exported memory's holders */
 /* Device records: the physical GPUs, then the GPU instances' (index SIM_MAX_DEVICES + slot). */
 #define SIM_MAX_RECORDS (SIM_MAX_DEVICES + SIM_MIG_RECORDS)
 
@@ -47,7 +48,8 @@ struct sim_proc {
     uint32_t contexts;   /* live contexts of this process on this device */
     uint64_t start_time; /* field 22 of /proc/<pid>/stat: guards against pid reuse */
     uint64_t used_bytes; /* device memory this process holds (allocations, pools, ctx) */
-    uint64_t reserved[4];
+    uint64_t pidns;      /* its PID namespace (/proc/self/ns/pid inode): pid is within it */
+    uint64_t reserved[3];
     int32_t host_pid; /* the pid NVML reports: pid + HAMI_SIM_PID_OFFSET of the process */
     uint32_t reserved2;
 };
@@ -148,6 +150,26 @@ struct sim_header {
     uint8_t reserved[928];
 };
 
+/* Version 4. One process holding device memory that more than one process can reach (VMM
+ * memory exported as a file descriptor, cuMemAlloc memory behind a legacy IPC handle), keyed
+ * by the memory's identity (its memfd's inode). Such memory is charged to exactly one live
+ * holder, the row marked `charged`: its maker while it holds it, then the holder that has held
+ * it longest; see docs/simgpu.md ("Shared memory") for what a real driver does. pid 0 marks a
+ * free row. */
+struct sim_hold {
+    uint64_t ino;        /* the memory's memfd inode */
+    uint64_t bytes;      /* what the charged holder's slot carries for it */
+    uint64_t start_time; /* the holder's, as in sim_proc */
+    int32_t pid;         /* the holder */
+    int32_t host_pid;    /* the holder's sim_proc.host_pid, for a slot made on transfer */
+    int32_t record;      /* the device record the memory is on */
+    uint32_t charged;    /* 1: this holder's slot carries `bytes` */
+    uint32_t refs;       /* the holder's own references (handles, imports) */
+    uint32_t reserved;
+    uint64_t pidns;      /* the holder's PID namespace, as in sim_proc */
+    int64_t since_ns;    /* when it took the memory (CLOCK_MONOTONIC) */
+};
+
 struct sim_state {
     struct sim_header header;
     struct sim_device devices[SIM_MAX_DEVICES];
@@ -155,6 +177,7 @@ struct sim_state {
     uint8_t mig_used[SIM_MIG_RECORDS]; /* mig_records[i] belongs to a live GPU instance */
     uint8_t reserved_mig[64 - SIM_MIG_RECORDS];
     struct sim_device mig_records[SIM_MIG_RECORDS];
+    struct sim_hold holds[SIM_MAX_HOLDS];
 };
 
 /* The numbers the Python mirror asserts too. */
@@ -177,7 +200,10 @@ _Static_assert(sizeof(struct sim_mig_gpu) == 4376, "sim_mig_gpu size");
 _Static_assert(offsetof(struct sim_state, mig) == 2048 + 16 * 99776, "mig offset");
 _Static_assert(offsetof(struct sim_state, mig_records) == 2048 + 16 * 99776 + 16 * 4376 + 64,
                "mig_records offset");
-_Static_assert(sizeof(struct sim_state) == 2048 + 16 * 99776 + 16 * 4376 + 64 + 24 * 99776,
-               "sim_state size");
+_Static_assert(sizeof(struct sim_hold) == 64, "sim_hold size");
+_Static_assert(offsetof(struct sim_state, holds) ==
+               2048 + 16 * 99776 + 16 * 4376 + 64 + 24 * 99776, "holds offset");
+_Static_assert(sizeof(struct sim_state) ==
+               2048 + 16 * 99776 + 16 * 4376 + 64 + 24 * 99776 + 1024 * 64, "sim_state size");
 
 #endif /* HAMI_SIM_STATE_H */

@@ -2,8 +2,10 @@
 
 Taken at bind by a compare-and-swap on the node's resourceVersion (two binds never both win),
 released by the node agent once it has allocated the pod's devices, or by the extender at once
-when the bind fails. A lock older than its expiry, or whose owner pod no longer exists, is
-taken over; a lock without an owner (old HAMi) only expires.
+when the bind fails. A lock older than its expiry, or whose owner pod no longer exists or has
+finished (kubelet failed it at admission, say, while the node agent could not reach the API to
+release the lock: it will never be allocated), is taken over; a lock without an owner (old HAMi)
+only expires.
 
 A bind that finds the node locked by another pod waits a little (`wait_s`) for the node agent
 to release it, watching the node's cached copy, before it refuses: a refused bind sends the
@@ -19,7 +21,7 @@ from datetime import timedelta
 from typing import Callable, Optional
 
 from hami_common import node_lock
-from hami_common.constants import ANNO_NODE_LOCK
+from hami_common.constants import ANNO_NODE_LOCK, POD_FINISHED_PHASES
 from hami_common.errors import HamiFormatError
 from hami_control.cluster.api import ApiError, Conflict, Invalid, NotFound
 from hami_control.cluster.objects import annotations
@@ -144,17 +146,19 @@ class NodeLocker:
         if lock.expired(self.clock.now(), self.expiry):
             log.info("node %s: lock of %s/%s expired; taken over", node, lock.namespace, lock.pod)
             return True
-        if ask and lock.pod and self._pod_gone(lock.namespace, lock.pod):
-            log.info("node %s: lock owner %s/%s no longer exists; taken over", node,
-                     lock.namespace, lock.pod)
+        if ask and lock.pod and self._owner_done(lock.namespace, lock.pod):
+            log.info("node %s: lock owner %s/%s no longer exists or has finished; taken over",
+                     node, lock.namespace, lock.pod)
             return True
         return False
 
-    def _pod_gone(self, namespace: str, pod: str) -> bool:
+    def _owner_done(self, namespace: str, pod: str) -> bool:
+        """Whether the lock's owner is gone or finished (it will never be allocated)."""
         try:
-            return self.api.get_pod(namespace, pod) is None
+            owner = self.api.get_pod(namespace, pod)
         except ApiError:
             return False          # unknown: assume the owner is alive
+        return owner is None or (owner.get("status") or {}).get("phase") in POD_FINISHED_PHASES
 
     def _held(self, node: str, current: str) -> LockError:
         lock = node_lock.decode(current)
@@ -163,7 +167,7 @@ class NodeLocker:
             f"node {node} is locked by {owner} since {node_lock.format_time(lock.time)} (its "
             f"GPUs are being allocated); the lock is released when the node agent has "
             f"allocated them, taken over after {int(self.expiry.total_seconds())} s or when "
-            f"that pod is deleted; kube-scheduler retries this pod")
+            f"that pod is deleted or has finished; kube-scheduler retries this pod")
 
     def release(self, node: str, value: str) -> bool:
         """Removes the lock if it still is `value` (one atomic JSON patch); True if removed."""

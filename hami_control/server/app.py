@@ -58,8 +58,15 @@ def _drain(stream, length: int) -> None:
         length -= len(chunk)
 
 
+def _json_media_type(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == JSON or (media.startswith("application/") and media.endswith("+json"))
+
+
 def read_json(max_body: int):
-    """The request body decoded as JSON; BadRequest (400/411/413) says what is wrong."""
+    """The request body decoded as JSON; BadRequest (400/411/413/415) says what is wrong. A
+    body declared as something else than JSON (a form, text) is refused; none declared is
+    read as JSON."""
     env = bottle.request.environ
     length_text = env.get("CONTENT_LENGTH") or ""
     chunked = "chunked" in env.get("HTTP_TRANSFER_ENCODING", "").lower()
@@ -80,6 +87,10 @@ def read_json(max_body: int):
             raise BadRequest(f"the body is over {max_body} bytes, the most accepted", 413)
     else:
         raise BadRequest("a JSON body with a Content-Length is required", 411)
+    content_type = env.get("CONTENT_TYPE") or ""
+    if content_type and not _json_media_type(content_type):
+        raise BadRequest(f"the body is declared as {content_type!r}; send JSON with "
+                         f"Content-Type: {JSON}", 415)
     if not data:
         raise BadRequest("the body is empty; a JSON object is expected")
     try:
@@ -138,7 +149,7 @@ def make_app(endpoints: Endpoints, max_body: int) -> bottle.Bottle:
     app.route("/readyz", "GET", probe(endpoints.readyz, role=True))
     app.route("/metrics", "GET", lambda: bottle.HTTPResponse(
         endpoints.metrics(), headers={"Content-Type": "text/plain; version=0.0.4"}))
-    for status in (400, 404, 405, 411, 413, 500):
+    for status in (400, 404, 405, 411, 413, 415, 500):
         app.error_handler[status] = _error_page
     return app
 

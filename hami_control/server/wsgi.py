@@ -10,14 +10,20 @@ kube-scheduler call from many connections at once (bench/k8s_throughput.py found
   handshake happens in the worker thread that serves the connection (_LazyTlsAdapter);
 - it keeps at most 10 idle keep-alive connections and closes the rest after one request, so
   past 10 concurrent callers every call paid a new TCP and TLS handshake. Here KEEP_ALIVE.
+And a client may take at most REQUEST_S to send a request once it has begun (cheroot's timeout
+is per read, so one that trickles a byte every 29 s held a worker thread for ever, and 16 such
+connections, one per thread, stopped the webhook and the extender: tests/k8s/junk.py's stalled
+requests found it); then it is answered 408 and the connection closed.
 
 The certificate and key are read again when their files change (a renewed Secret, cert-manager):
 new connections get the new certificate, established ones keep theirs. A pair that does not
 load (say the certificate is renewed before its key) is logged and retried; the old one stays."""
 import logging
 import os
+import socket
 import ssl
 import threading
+import time
 from typing import Optional
 
 from cheroot import errors, wsgi
@@ -28,6 +34,7 @@ from hami_control.errors import ConfigError
 log = logging.getLogger(__name__)
 KEEP_ALIVE = 256         # idle keep-alive connections kept open (cheroot's default: 10)
 HANDSHAKE_S = 10.0       # a client has this long to complete its TLS handshake
+REQUEST_S = 10.0         # ... and this long to send a request, from its first byte read
 
 
 class HttpServer:
@@ -35,7 +42,8 @@ class HttpServer:
 
     def __init__(self, app, host: str, port: int, threads: int = 16,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-                 reload_interval_s: float = 10.0, flag: str = "--listen"):
+                 reload_interval_s: float = 10.0, flag: str = "--listen",
+                 request_s: float = REQUEST_S):
         self._server = wsgi.Server((host, port), app, numthreads=threads,
                                    server_name="hami-control", timeout=30,
                                    shutdown_timeout=2, request_queue_size=128)
@@ -45,8 +53,9 @@ class HttpServer:
         self._tls = bool(tls_cert)
         self._reloader = None
         if tls_cert:
-            self._server.ssl_adapter = _ssl_adapter(tls_cert, tls_key)
-            self._reloader = CertReloader(self._server, tls_cert, tls_key, reload_interval_s)
+            self._server.ssl_adapter = _ssl_adapter(tls_cert, tls_key, request_s)
+            self._reloader = CertReloader(self._server, tls_cert, tls_key, reload_interval_s,
+                                          request_s)
         self._thread: Optional[threading.Thread] = None
         self._flag = flag               # what a failure to bind names
 
@@ -84,9 +93,9 @@ class HttpServer:
             self._thread.join(timeout=5)
 
 
-def _ssl_adapter(cert: str, key: str):
+def _ssl_adapter(cert: str, key: str, request_s: float = REQUEST_S):
     try:
-        return _LazyTlsAdapter(cert, key)
+        return _LazyTlsAdapter(cert, key, request_s)
     except (OSError, ValueError) as e:      # ssl.SSLError is an OSError
         raise ConfigError("--tls-cert/--tls-key", f"cannot load the certificate {cert!r} "
                           f"with key {key!r}: {e}") from e
@@ -95,8 +104,12 @@ def _ssl_adapter(cert: str, key: str):
 class _HandshakeOnFirstUse(ssl.SSLSocket):
     """A server-side TLS socket that shakes hands when first read or written, i.e. in the
     worker thread serving it. A failed handshake is cheroot's FatalSSLAlert: the connection is
-    dropped quietly, as cheroot does with one that fails in its accept thread."""
+    dropped quietly, as cheroot does with one that fails in its accept thread. Reads of one
+    request share a deadline (REQUEST_S from its first read; an answer sent ends the request):
+    past it a read raises socket.timeout("timed out"), which cheroot answers 408."""
     _shaken = False
+    _deadline = None
+    request_s = REQUEST_S
 
     def _shake(self) -> None:
         if self._shaken:
@@ -112,20 +125,37 @@ class _HandshakeOnFirstUse(ssl.SSLSocket):
             self.settimeout(timeout)
         self._shaken = True
 
-    def recv_into(self, *args, **kwargs):
+    def _read(self, read, *args, **kwargs):
         self._shake()
-        return super().recv_into(*args, **kwargs)
+        if self.pending():           # already decrypted: no wait
+            return read(*args, **kwargs)
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + self.request_s
+        left = self._deadline - now
+        if left <= 0:
+            raise socket.timeout("timed out")
+        timeout = self.gettimeout()
+        self.settimeout(left if timeout is None else min(timeout, left))
+        try:
+            return read(*args, **kwargs)
+        finally:
+            self.settimeout(timeout)
+
+    def recv_into(self, *args, **kwargs):
+        return self._read(super().recv_into, *args, **kwargs)
 
     def recv(self, *args, **kwargs):
-        self._shake()
-        return super().recv(*args, **kwargs)
+        return self._read(super().recv, *args, **kwargs)
 
     def send(self, *args, **kwargs):
         self._shake()
+        self._deadline = None
         return super().send(*args, **kwargs)
 
     def sendall(self, *args, **kwargs):
         self._shake()
+        self._deadline = None
         return super().sendall(*args, **kwargs)
 
 
@@ -134,9 +164,10 @@ class _LazyTlsAdapter(BuiltinSSLAdapter):
     WSGI environ says HTTPS but not the cipher, which is only known after the handshake and
     which nothing here reads."""
 
-    def __init__(self, cert: str, key: str):
+    def __init__(self, cert: str, key: str, request_s: float = REQUEST_S):
         super().__init__(cert, key)
-        self.context.sslsocket_class = _HandshakeOnFirstUse
+        self.context.sslsocket_class = type("_ServedTlsSocket", (_HandshakeOnFirstUse,),
+                                            {"request_s": request_s})
 
     def wrap(self, sock):
         return (self.context.wrap_socket(sock, do_handshake_on_connect=False, server_side=True),
@@ -159,8 +190,10 @@ def _stamp(*paths: str) -> tuple:
 class CertReloader:
     """Swaps the server's SSL adapter when the certificate or key files change."""
 
-    def __init__(self, server, cert: str, key: str, interval_s: float):
+    def __init__(self, server, cert: str, key: str, interval_s: float,
+                 request_s: float = REQUEST_S):
         self.server, self.cert, self.key, self.interval_s = server, cert, key, interval_s
+        self.request_s = request_s
         self._seen = _stamp(cert, key)
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cert-reload", daemon=True)
@@ -183,7 +216,7 @@ class CertReloader:
         if stamp == self._seen:
             return False
         try:
-            adapter = _ssl_adapter(self.cert, self.key)
+            adapter = _ssl_adapter(self.cert, self.key, self.request_s)
         except ConfigError as e:
             log.warning("the serving certificate changed but does not load (%s); still serving "
                         "the previous one, trying again in %g s", e, self.interval_s)

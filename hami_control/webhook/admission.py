@@ -3,7 +3,10 @@
 Rules, in order (HAMi's, with its defaults):
 1. anything but a Pod CREATE, a pod or namespace labelled `hami.io/webhook: ignore`, a pod that
    names another scheduler, or a pod asking for no `nvidia.com/*` resource: allowed untouched;
-2. denied, with what to change: a pod that already names a node (spec.nodeName), a privileged
+2. denied, with what to change: a pod created carrying what only hami-control and hami-node
+   write (C.SCHEDULER_POD_ANNOTATIONS: a forged decision or allocation phase; deploy/'s
+   matchConditions send such pods here even without nvidia.com/* resources), unless it names
+   another scheduler; a pod that already names a node (spec.nodeName), a privileged
    container asking for GPU slices, values out of range (negative, over 100 %, not whole
    numbers, memory and percentage together), an unknown scheduling policy annotation;
 3. otherwise allowed with a JSON patch: `schedulerName`, `runtimeClassName` when one is
@@ -114,7 +117,13 @@ class Webhook:
             raise BadRequest(f"AdmissionReview.request.object (the Pod): {problem}")
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
         spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-        if self._ignored(meta, request) or not self._ours(spec):
+        if not self._ours(spec):
+            return {}
+        forged = self._forged(meta)
+        if forged:
+            return {"allowed": False, "status": {"code": 403, "reason": "Forbidden",
+                                                 "message": forged}}
+        if self._ignored(meta, request):
             return {}
         asking = [(path, c) for path, c in _containers(spec) if _asks_gpu(c)]
         if not asking:
@@ -158,6 +167,18 @@ class Webhook:
         # either: no node offers them to a claim user.
         return ops + [op for path, c in asking if c.get("name") not in asks
                       for op in removals(path, c)]
+
+    def _forged(self, meta: Mapping) -> Optional[str]:
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"),
+                                                            Mapping) else {}
+        keys = [k for k in C.SCHEDULER_POD_ANNOTATIONS if k in annotations]
+        if not keys:
+            return None
+        name = meta.get("name") or meta.get("generateName") or "(unnamed)"
+        return (f"pod {name} is created with {', '.join(keys)}: only {self.scheduler_name} "
+                "(hami-control) and hami-node write these (the GPUs chosen for the pod and how "
+                "far their allocation got), so a pod must not bring them; remove them from the "
+                "pod or its template and create it again")
 
     def _ours(self, spec: Mapping) -> bool:
         name = spec.get("schedulerName")

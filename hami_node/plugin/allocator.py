@@ -359,19 +359,21 @@ class Allocator:
                                     (meta.get("namespace"), meta.get("name")), node)
 
     def release_stale_lock(self) -> bool:
-        """Releases a lock whose owner is gone or finished allocating (kept otherwise)."""
+        """Releases a lock whose owner is gone, has finished, or has finished allocating (kept
+        otherwise)."""
         def stale(lock: node_lock.NodeLock) -> bool:
             if not lock.pod:
                 return False   # an old-format lock: left to expire
             owner = self.cluster.get_pod(lock.namespace, lock.pod)
-            if owner is None:
-                return True
+            if owner is None or (owner.get("status") or {}).get("phase") in \
+                    C.POD_FINISHED_PHASES:
+                return True     # gone, or failed by kubelet (say while we could not release)
             old = self.clock() - lock.time.timestamp() > STALE_LOCK_GRACE_S
             return old and _ann(owner).get(C.ANNO_BIND_PHASE) in (C.BIND_PHASE_SUCCESS,
                                                                   C.BIND_PHASE_FAILED)
         released = self._remove_lock_if(stale)
         if released:
-            self.log("released a stale node lock (its pod is gone or finished allocating)")
+            self.log("released a stale node lock (its pod is gone, finished, or allocated)")
         return released
 
     # GetPreferredAllocation --------------------------------------------------------------

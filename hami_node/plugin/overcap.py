@@ -2,10 +2,12 @@
 
 The shim binds cooperative processes only: one that reaches the driver without it (linked
 statically against the device nodes, /etc/ld.so.preload removed by root in the container, a
-rewritten shared accounting file) can exceed its caps. This check does not trust the container:
-it takes the driver's own per-process figures (NVML's running processes, keyed by host PID),
-maps each process to its pod and container by the cgroup the kernel put it in, sums per
-container and GPU, and compares with what Allocate handed out (the pod's
+rewritten shared accounting file) can exceed its caps; so can one that keeps device memory a
+neighbour shared with it (a VMM file descriptor, a legacy IPC handle) after the neighbour
+exits, as the driver then charges the process keeping it. This check does not trust the
+container: it takes the driver's own per-process figures (NVML's running processes, keyed by
+host PID), maps each process to its pod and container by the cgroup the kernel put it in, sums
+per container and GPU, and compares with what Allocate handed out (the pod's
 `hami.io/vgpu-devices-allocated`). An offender is named in the log, gets a Warning Event and a
 metric, and, where the operator asked for it (`evictOverCap`), is evicted.
 """
@@ -28,6 +30,9 @@ EVENT_REASON = "GPUMemoryOverCap"
 # why a container can be over what the shim holds it to (both outside checks say it)
 BYPASS = ("a process reaches the driver without the shim (static linking, ld.so.preload "
           "removed, or its accounting file rewritten)")
+# a way past the memory cap only: the driver charges memory shared with a process (a VMM file
+# descriptor, a legacy IPC handle) to it once its maker has exited, and no shim counted it
+KEPT = "or it keeps memory another process made and shared with it after that one exited"
 # kubelet's pod cgroup: ".../pod<uid>/<container id>" (cgroupfs) or
 # ".../kubepods-<qos>-pod<uid with _>.slice/<runtime>-<container id>.scope" (systemd).
 _POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
@@ -161,7 +166,7 @@ class OverCapWatch(Worker):
     def _message(o: OverCap) -> str:
         return (f"container {o.container!r} uses {o.used // MIB} MiB of GPU {o.gpu} by the "
                 f"driver's count (processes {', '.join(map(str, o.pids))}), over its cap of "
-                f"{o.cap // MIB} MiB: {BYPASS}")
+                f"{o.cap // MIB} MiB: {BYPASS}, {KEPT}")
 
 
 class OffenderReports:

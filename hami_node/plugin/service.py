@@ -14,6 +14,35 @@ from hami_node.plugin.errors import AllocationError, ClusterError
 STREAM_POLL_S = 0.5   # how often an idle ListAndWatch checks that kubelet is still listening
 
 
+def allocate_problem(requests, offered: int) -> str:
+    """What makes an Allocate one that kubelet never sends ('' if nothing): no container, a
+    container without devices, a device twice, more devices than this plugin offers. Refused
+    before any pod is looked up, so that junk never fails the pod kubelet is starting."""
+    if not requests:
+        return "no container_requests: kubelet asks for at least one container's devices"
+    for i, ids in enumerate(requests):
+        if not ids:
+            return f"container_requests[{i}] has no devices_ids"
+        if len(set(ids)) != len(ids):
+            return f"container_requests[{i}] names a device twice"
+        if len(ids) > offered:
+            return (f"container_requests[{i}] asks for {len(ids)} devices; this plugin offers "
+                    f"{offered}")
+    return ""
+
+
+def preferred_problem(available, must_include, size: int) -> str:
+    """What makes a GetPreferredAllocation request impossible ('' if nothing): kubelet asks
+    for 1..len(available) devices, must_include among the available ones."""
+    if not 1 <= size <= len(available):
+        return f"allocation_size {size} is not between 1 and the {len(available)} available"
+    if not set(must_include) <= set(available):
+        return "must_include_deviceIDs are not all among available_deviceIDs"
+    if len(must_include) > size:
+        return f"{len(must_include)} must_include_deviceIDs for an allocation_size of {size}"
+    return ""
+
+
 def device_list(table: DeviceTable, numa: bool = False) -> api_pb2.ListAndWatchResponse:
     """Every virtual device with its health, and its NUMA node when `numa` (numaTopology)."""
     return api_pb2.ListAndWatchResponse(devices=[
@@ -62,12 +91,21 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def GetPreferredAllocation(self, request, context):  # noqa: N802
         requests = [(list(r.available_deviceIDs), list(r.must_include_deviceIDs),
                      r.allocation_size) for r in request.container_requests]
+        for i, r in enumerate(requests):
+            problem = preferred_problem(*r)
+            if problem:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"container_requests[{i}]: {problem}")
         return api_pb2.PreferredAllocationResponse(container_responses=[
             api_pb2.ContainerPreferredAllocationResponse(deviceIDs=ids)
             for ids in self.allocator.preferred(requests)])
 
     def Allocate(self, request, context):  # noqa: N802
         requests = [list(r.devices_ids) for r in request.container_requests]
+        problem = allocate_problem(requests, len(self.table.virtual_devices()))
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not an Allocate kubelet sends "
+                                                            f"({problem}); no pod was touched")
         try:
             answers = self.allocator.allocate(requests)
         except AllocationError as e:

@@ -14,11 +14,13 @@ from hami_sim.audit.model import Bounds, Snapshot, Violation
 class Auditor:
     """Checks snapshots; remembers what stays orphaned between passes and what it found."""
 
-    def __init__(self, bounds: Bounds = Bounds(), out: Optional[TextIO] = None):
-        self.bounds, self.out = bounds, out
+    def __init__(self, bounds: Bounds = Bounds(), out: Optional[TextIO] = None,
+                 excuse: Optional[Callable[[dict], Optional[str]]] = None):
+        self.bounds, self.out, self.excuse = bounds, out, excuse
         self.first_seen: dict = {}           # leftover -> first seen orphaned
         self.room_since: dict = {}           # pending pod -> room for it first seen
         self.violations: list = []           # each once, in the order found
+        self.excused: list = []              # endings excuse() explained (not violations)
         self._keys: set = set()
         self.passes = 0
         self.missed = 0                      # passes without a snapshot (API down)
@@ -35,13 +37,18 @@ class Auditor:
         self.pods_seen.update((p.get("metadata") or {}).get("uid") for p in snap.pods)
         self.metrics_samples += (snap.metrics or "").count("vGPU_device_memory_usage_in_bytes{")
         new = []
-        for v in checks.run_all(snap, self.first_seen, self.bounds, self.room_since):
-            if v.key not in self._keys:
-                self._keys.add(v.key)
-                self.violations.append(v)
+        for v in checks.run_all(snap, self.first_seen, self.bounds, self.room_since,
+                                self.excuse):
+            if v.key in self._keys:
+                continue
+            self._keys.add(v.key)
+            excused = v.check in checks.EXCUSED
+            (self.excused if excused else self.violations).append(v)
+            if not excused:
                 new.append(v)
-                if self.out is not None:
-                    print(f"VIOLATION {snap.now:%H:%M:%S} {v}", file=self.out, flush=True)
+            if self.out is not None:
+                print(f"{'EXCUSED' if excused else 'VIOLATION'} {snap.now:%H:%M:%S} {v}",
+                      file=self.out, flush=True)
         return new
 
     def by_check(self) -> dict:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 MAGIC = 0x314D4953494D4148  # "HAMISIM1"
-VERSION = 3
+VERSION = 4
 STATE_FILE = "gpus.state"
 MAX_DEVICES, MAX_PROCS, BUSY_RING, XID_RING, BUSY_BINS = 16, 64, 1024, 64, 256
-MIG_GIS, MIG_CIS, MIG_RECORDS = 7, 7, 24
+MIG_GIS, MIG_CIS, MIG_RECORDS, MAX_HOLDS = 7, 7, 24, 1024
 UTIL_WINDOW_NS = 1_000_000_000
 
 
@@ -23,7 +23,8 @@ class SimProc(ctypes.Structure):
     """One process using one device (pid 0: free slot)."""
     _fields_ = [("pid", ctypes.c_int32), ("contexts", ctypes.c_uint32),
                 ("start_time", ctypes.c_uint64), ("used_bytes", ctypes.c_uint64),
-                ("reserved", ctypes.c_uint64 * 4), ("host_pid", ctypes.c_int32),
+                ("pidns", ctypes.c_uint64), ("reserved", ctypes.c_uint64 * 3),
+                ("host_pid", ctypes.c_int32),
                 ("reserved2", ctypes.c_uint32)]
 
 
@@ -92,12 +93,22 @@ class SimMigGpu(ctypes.Structure):
                 ("gis", SimMigGi * MIG_GIS)]
 
 
+class SimHold(ctypes.Structure):
+    """One process holding memory more than one process can reach (pid 0: free row)."""
+    _fields_ = [("ino", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("start_time", ctypes.c_uint64), ("pid", ctypes.c_int32),
+                ("host_pid", ctypes.c_int32), ("record", ctypes.c_int32),
+                ("charged", ctypes.c_uint32), ("refs", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32), ("pidns", ctypes.c_uint64),
+                ("since_ns", ctypes.c_int64)]
+
+
 class SimState(ctypes.Structure):
     """The whole file."""
     _fields_ = [("header", SimHeader), ("devices", SimDevice * MAX_DEVICES),
                 ("mig", SimMigGpu * MAX_DEVICES), ("mig_used", ctypes.c_uint8 * MIG_RECORDS),
                 ("reserved_mig", ctypes.c_uint8 * (64 - MIG_RECORDS)),
-                ("mig_records", SimDevice * MIG_RECORDS)]
+                ("mig_records", SimDevice * MIG_RECORDS), ("holds", SimHold * MAX_HOLDS)]
 
 
 # (struct, field or None for sizeof, value): the numbers sim_state.h asserts too.
@@ -110,7 +121,9 @@ LAYOUT = [
     (SimMigCi, None, 80), (SimMigGi, None, 616), (SimMigGpu, None, 4376),
     (SimState, "mig", 2048 + 16 * 99776),
     (SimState, "mig_records", 2048 + 16 * 99776 + 16 * 4376 + 64),
-    (SimState, None, 2048 + 16 * 99776 + 16 * 4376 + 64 + 24 * 99776),
+    (SimHold, None, 64),
+    (SimState, "holds", 2048 + 16 * 99776 + 16 * 4376 + 64 + 24 * 99776),
+    (SimState, None, 2048 + 16 * 99776 + 16 * 4376 + 64 + 24 * 99776 + 1024 * 64),
 ]
 
 

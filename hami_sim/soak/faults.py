@@ -23,6 +23,7 @@ RECOVERY_TIMEOUT_S = 240.0
 ETCD_PAUSE_S = 4.0
 WEBHOOK_DOWN_S = 8.0
 XID = 79                         # fallen off the bus: critical
+GAP_SLACK_S = 2.0                # managedFields' times have whole seconds
 LEASE_NS, CONTROL_LEASE, SCHEDULER_LEASE = "hami-system", "hami-control", "hami-scheduler"
 
 
@@ -56,6 +57,30 @@ def until(check: Callable[[], object], what: str, timeout: float = RECOVERY_TIME
         time.sleep(interval)
 
 
+class PluginGaps:
+    """When kubelet had no device plugin connected because of a fault (hami-node killed,
+    kubelet restarted): [kind, start, end or None] in wall time, until hami-node registered
+    again. kubelet refuses every GPU pod it admits then, as on any Kubernetes node whose
+    device plugin restarts."""
+
+    def __init__(self):
+        self.gaps: list = []
+
+    def open(self, kind: str) -> list:
+        """A gap starting now (set its [2] to time.time() when it ends)."""
+        gap = [kind, time.time(), None]
+        self.gaps.append(gap)
+        return gap
+
+    def at(self, t: float) -> str:
+        """The fault kind of the gap around wall time t (give or take GAP_SLACK_S; one still
+        open lasts until now), '' if none."""
+        for kind, start, end in list(self.gaps):
+            if start - GAP_SLACK_S <= t <= (end or time.time()) + GAP_SLACK_S:
+                return kind
+        return ""
+
+
 class Faults:
     """Injects faults into one RealCluster; one lock per component, so a fault never hits a
     component another fault is still restarting (faults of different kinds overlap)."""
@@ -64,6 +89,7 @@ class Faults:
         self.c = cluster
         self.locks = {k: threading.Lock() for k in KINDS}
         self.want = cluster.spec.split * len(cluster.spec.gpus)
+        self.plugin_gaps = PluginGaps()
 
     # Probes ----------------------------------------------------------------------------
 
@@ -117,6 +143,7 @@ class Faults:
     def hami_node_killed(self) -> float:
         """SIGKILL hami-node, start it again a second later (its service manager would)."""
         before = self.registrations()
+        gap = self.plugin_gaps.open("hami-node-killed")
         os.killpg(self.c.node.agent.pid, signal.SIGKILL)
         self.c.node.agent.wait(timeout=10)
         time.sleep(1.0)
@@ -128,6 +155,7 @@ class Faults:
             f.write(f"{node.agent.pid}\n")
         node.read_ready_line()
         until(lambda: self.registrations() > before, "hami-node registered with kubelet")
+        gap[2] = time.time()
         until(self.node_serving, "kubelet offering every GPU again")
         return time.monotonic() - start
 
@@ -160,10 +188,12 @@ class Faults:
         registered with the new one and every GPU is offered (the node's Ready condition
         alone is the old kubelet's for a while)."""
         before = self.registrations()
+        gap = self.plugin_gaps.open("kubelet-restarted")
         self.c.stop_component("kubelet")
         start = time.monotonic()
         spawn_kubelet(self.c)
         until(lambda: self.registrations() > before, "hami-node registered with the new kubelet")
+        gap[2] = time.time()
         until(self.node_serving, "kubelet offering every GPU again")
         return time.monotonic() - start
 

@@ -199,6 +199,8 @@ def test_the_webhook_fails_closed_only_for_pods_asking_for_our_resources():
     (condition,) = hook["matchConditions"]
     named = set(re.findall(r"'(nvidia\.com/[\w-]+)'", condition["expression"]))
     assert named == set(C.GPU_RESOURCES)
+    forged = set(re.findall(r"'(hami\.io/[\w.-]+)'", condition["expression"]))
+    assert forged == set(C.SCHEDULER_POD_ANNOTATIONS)
     (deployment,) = _by_kind("Deployment")
     control = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     args = parser().parse_args(control["hami-control"]["args"])

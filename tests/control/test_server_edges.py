@@ -47,6 +47,12 @@ def test_body_cap_and_json_errors(control):
     status, body = control.client.request("POST", "/bind", b"[]",
                                           {"Content-Type": "application/json"})
     assert status == 400 and "ExtenderBindingArgs" in json.loads(body)["error"]
+    status, body = control.client.request("POST", "/filter", b'{"NodeNames": []}',
+                                          {"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 415 and "Content-Type: application/json" in json.loads(body)["error"]
+    status, body = control.client.request("POST", "/webhook", b"{}",
+                                          {"Content-Type": "application/json; charset=utf-8"})
+    assert status == 400 and "AdmissionReview" in json.loads(body)["error"]
     status, body = control.client.request("GET", "/nowhere")
     assert status == 404 and json.loads(body)["status"] == 404
     status, body = control.client.request("GET", "/filter")

@@ -72,3 +72,37 @@ def test_callers_past_ten_keep_their_connections(server):
     finally:
         for c in callers:
             c.close()
+
+
+def test_a_trickling_request_is_cut_off_at_its_deadline(tmp_path):
+    """A request sent a byte at a time (each read well within cheroot's per-read timeout) is
+    answered 408 and closed once it has taken request_s, and every worker it held is free
+    again: before, 16 such connections stopped the webhook and the extender for good."""
+    certs = make_server_certs(tmp_path / "certs")
+    srv = HttpServer(_app, "127.0.0.1", 0, threads=2, tls_cert=str(certs.cert),
+                     tls_key=str(certs.key), request_s=1.0).start()
+    context = ssl.create_default_context(cafile=str(certs.ca_cert))
+    slow = [context.wrap_socket(socket.create_connection(("127.0.0.1", srv.port), timeout=20),
+                                server_hostname="127.0.0.1") for _ in range(2)]
+    try:
+        started, answers = time.monotonic(), [b"", b""]
+        for _ in range(30):                      # a byte per 0.2 s: never a quiet read
+            for i, sock in enumerate(slow):
+                try:
+                    sock.sendall(b"G")
+                    sock.settimeout(0.1)
+                    answers[i] += sock.recv(200)
+                except socket.timeout:
+                    pass
+                except (ConnectionError, ssl.SSLError):
+                    continue
+            if all(b"408" in a for a in answers):
+                break
+        cut_after = time.monotonic() - started
+        assert all(a.startswith(b"HTTP/1.1 408") for a in answers), answers
+        assert cut_after < 5, f"cut off after {cut_after:.1f} s, the deadline is 1 s"
+        _get(_connection(srv.port))              # both workers serve again
+    finally:
+        for sock in slow:
+            sock.close()
+        srv.stop()

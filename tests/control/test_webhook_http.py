@@ -93,6 +93,17 @@ DENIED = [
      "use one of"),
     ("unserved-vgpu-mode", gpu_pod("p", GPU, {"nvidia.com/vgpu-mode": "mps"}),
      "mps is not a mode hami-py serves; use hami-core or mig"),
+    ("zero-percent", gpu_pod("p", {"nvidia.com/gpumem-percentage": 0}), "between 1 and 100"),
+    # a forged decision would count as GPUs held, and hami-node could take the pod for one
+    # waiting for its GPUs: refused, also on a pod asking for no GPU that names our scheduler
+    ("forged-decision", gpu_pod("p", GPU, {"hami.io/vgpu-devices-allocated":
+                                           "GPU-n1-0,NVIDIA,16384,100:;",
+                                           "hami.io/vgpu-node": "n1"}),
+     "is created with hami.io/vgpu-node, hami.io/vgpu-devices-allocated: only"),
+    ("forged-phase-cpu-only", dict(gpu_pod("p", {}, {"hami.io/bind-phase": "allocating"}),
+                                   spec={"schedulerName": "hami-scheduler", "containers": [
+                                       {"name": "main", "image": "busybox"}]}),
+     "hami.io/bind-phase"),
 ]
 
 

@@ -16,6 +16,7 @@ from k8shelpers import create, delete, pod, wait_phase
 pytestmark = pytest.mark.timeout(3600)
 GPU = {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "512"}}
 SAID = "cannot look up the pod being started"
+LOCK_WAIT_S = 90      # well under the lock's 5-minute expiry
 
 
 def node_binding() -> dict:
@@ -56,5 +57,12 @@ def test_short_outage_is_waited_out_and_a_long_one_fails_the_pod(real_cluster):
             "UnexpectedAdmissionError", status
         assert SAID in status.get("message", ""), status
         assert c.node.alive()
+        # The failed pod kept the node lock (hami-node could not reach the API to release it);
+        # it will never be allocated, so the next pod must not wait out the lock's expiry.
+        started = time.monotonic()
+        create(c, pod("after-outage", GPU))
+        after = wait_phase(c, "after-outage", timeout=LOCK_WAIT_S)
+        assert after["status"]["phase"] == "Succeeded", after["status"]
+        assert time.monotonic() - started < LOCK_WAIT_S
     finally:
-        delete(c, "short-outage", "long-outage")
+        delete(c, "short-outage", "long-outage", "after-outage")

@@ -3,13 +3,15 @@
  * spins the GPU for SECONDS with 4 ms kernels (eight in flight, so that a loaded host's late
  * wake-ups leave the GPU no gaps), then waits until killed.
  *
- *   tenant MODE MIB SECONDS [FD-PATH]
+ *   tenant MODE MIB SECONDS [FD-PATH | HANDLE]
  *   MODE  plain      dlopen("libcuda.so.1") + dlsym: what the preloaded shim substitutes
  *         deepbind   the same with RTLD_DEEPBIND (the driver's own references bind inside it)
  *         realdlsym  libc's own dlsym, found with dlvsym: the shim's dlsym is never called
  *         vmm-export cuMemCreate MIB (shareable as a file descriptor), mapped; prints the
  *                    descriptor, to be opened by a neighbour at /proc/<pid>/fd/<fd>
  *         vmm-import imports the descriptor at FD-PATH, maps it and holds it (MIB: its size)
+ *         ipc-export cuMemAlloc MIB and a legacy IPC handle for it, printed in hex
+ *         ipc-import opens the legacy IPC handle HANDLE and holds it
  * Declares only the few driver types it needs, so it builds with nothing but libc. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,6 +28,7 @@ typedef unsigned long long CUdeviceptr, CUhandle;
 typedef struct { int type, requested_handle_types, loc_type, loc_id; void *win32;
                  unsigned char compression, gpu_direct, usage, reserved[5]; } Prop;
 typedef struct { int loc_type, loc_id; int flags; } Access;
+typedef struct { unsigned char bytes[64]; } IpcHandle; /* CUipcMemHandle */
 
 static void *(*lookup)(void *, const char *) = dlsym;
 static void *lib;
@@ -77,10 +80,33 @@ static int vmm(const char *mode, unsigned long long bytes, const char *path, int
     return rc;
 }
 
+static int ipc(const char *mode, unsigned long long bytes, const char *hex)
+{
+    IpcHandle handle = {{0}};
+    CUdeviceptr p = 0;
+    CUresult rc;
+    if (!strcmp(mode, "ipc-export")) {
+        rc = CALL(CUresult (*)(CUdeviceptr *, size_t), "cuMemAlloc_v2", &p, bytes);
+        if (!rc)
+            rc = CALL(CUresult (*)(IpcHandle *, CUdeviceptr), "cuIpcGetMemHandle", &handle, p);
+    } else {
+        for (size_t i = 0; i < sizeof handle.bytes && hex[2 * i] && hex[2 * i + 1]; i++)
+            sscanf(hex + 2 * i, "%2hhx", &handle.bytes[i]);
+        rc = CALL(CUresult (*)(CUdeviceptr *, IpcHandle, unsigned), "cuIpcOpenMemHandle_v2", &p,
+                  handle, 1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */);
+    }
+    char text[2 * sizeof handle.bytes + 1];
+    for (size_t i = 0; i < sizeof handle.bytes; i++)
+        sprintf(text + 2 * i, "%02x", handle.bytes[i]);
+    printf("{\"held_mib\": %llu, \"error\": %d, \"handle\": \"%s\", \"pid\": %d}\n",
+           rc ? 0 : bytes / MIB, rc, text, (int)getpid());
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: tenant MODE MIB SECONDS [FD-PATH]\n");
+        fprintf(stderr, "usage: tenant MODE MIB SECONDS [FD-PATH | HANDLE]\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -112,6 +138,8 @@ int main(int argc, char **argv)
     }
     if (!strncmp(mode, "vmm-", 4)) {
         rc = vmm(mode, mib * MIB, argc > 4 ? argv[4] : "", dev);
+    } else if (!strncmp(mode, "ipc-", 4)) {
+        rc = ipc(mode, mib * MIB, argc > 4 ? argv[4] : "");
     } else {
         unsigned long long held = 0;
         while (held < mib) {

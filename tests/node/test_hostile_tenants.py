@@ -58,6 +58,20 @@ def test_exec_without_the_preload_is_caught(hostile, tenant):
     caught(hostile, tenant.name, started)
 
 
+def test_a_process_in_its_own_pid_namespace_is_mapped_by_its_host_pid_and_caught(hostile,
+                                                                                   tenant):
+    # A container without hostPID: its own PID namespace and /proc. The driver names the
+    # process to hami-node (in the host's namespace) by its host PID, whose cgroup is the pod's.
+    started = time.monotonic()
+    proc, out = tenant.run_tenant("plain", 512, 60, prefix=(
+        "unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "env", "-u", "LD_PRELOAD"))
+    assert out["held_mib"] == 512 and out["pid"] != proc.pid   # PID 1 of its own namespace
+    caught(hostile, tenant.name, started)
+    (event,) = hostile.events(tenant.name, MEMORY)
+    host_pids = [int(p) for p in (tenant.cgroup / "cgroup.procs").read_text().split()]
+    assert any(str(p) in event.message for p in host_pids if p != proc.pid), event.message
+
+
 def test_ld_so_preload_emptied_by_root_in_its_mount_namespace_is_caught(hostile, tenant,
                                                                         tmp_path):
     # The container: its own mount namespace whose /etc/ld.so.preload lists the shim (an
@@ -138,25 +152,43 @@ def test_writes_into_the_shared_accounting_file_are_caught(hostile, tenant):
     caught(hostile, tenant.name, started)
 
 
-def test_vmm_memory_passed_from_a_neighbour_is_neither_stopped_nor_caught(hostile, tenant):
-    """Documents a gap: memory a neighbour made (cuMemCreate, counted to it by its shim and by
-    the driver) and passed as a file descriptor stays mapped in the importer after the
-    exporter exits, counted to no one, so the two pods hold more than they were given."""
-    neighbour = Tenant(hostile, "vmm-neighbour")
+def kept_after_its_maker_exits(hostile, tenant, export: str, handle_of) -> None:
+    """Memory a neighbour made (counted to it by its shim and by the driver) and passed to the
+    tenant, which keeps it after the neighbour's process exits. While the neighbour holds it,
+    it is the neighbour's, and no one is over; once the neighbour is gone the driver charges
+    the process keeping it, so the tenant's container is over its cap and caught."""
+    neighbour = Tenant(hostile, f"{export}-neighbour")
     try:
-        exporter, out = neighbour.run_tenant("vmm-export", 192, 0)
+        exporter, out = neighbour.run_tenant(export, 192, 0)
         assert out["error"] == 0
-        importer, got = tenant.run_tenant("vmm-import", 192, 0,
-                                          f"/proc/{out['pid']}/fd/{out['fd']}")
+        importer, got = tenant.run_tenant(export.replace("export", "import"), 192, 0,
+                                          handle_of(out))
         assert got["error"] == 0
         _, own = tenant.run_tenant("plain", 512, 0)
         assert own["held_mib"] == CAP_MIB              # its own allocations are still capped
+        time.sleep(PERIOD_S + 0.5)                     # a check: the neighbour's, and in its cap
+        assert hostile.events(tenant.name, MEMORY) == []
+        started = time.monotonic()
         exporter.kill()
         exporter.wait()
+        event, _ = hostile.wait_event(tenant.name, MEMORY, timeout=CAUGHT_WITHIN_S + 10)
+        took = time.monotonic() - started
+        assert took < CAUGHT_WITHIN_S, took
+        assert str(got["pid"]) in event.message        # the process keeping it is named
+        assert hostile.over("hami_container_memory_over_cap_bytes").get(tenant.name, 0) > 0
+        print(f"{tenant.name}: caught {took:.1f} s after the maker exited")
         _, again = neighbour.run_tenant("plain", 512, 0)
         assert again["held_mib"] == CAP_MIB            # the neighbour's cap is free again
-        assert importer.poll() is None                 # and the importer still maps 192 MiB
-        quiet(hostile, tenant.name)
-        assert hostile.events("vmm-neighbour", MEMORY) == []
+        assert importer.poll() is None                 # and the tenant still holds 192 MiB
+        assert hostile.events(neighbour.name, MEMORY) == []
     finally:
         neighbour.stop()
+
+
+def test_vmm_memory_of_a_neighbour_kept_after_it_exits_is_caught(hostile, tenant):
+    kept_after_its_maker_exits(hostile, tenant, "vmm-export",
+                               lambda out: f"/proc/{out['pid']}/fd/{out['fd']}")
+
+
+def test_legacy_ipc_memory_of_a_neighbour_kept_after_it_exits_is_caught(hostile, tenant):
+    kept_after_its_maker_exits(hostile, tenant, "ipc-export", lambda out: out["handle"])

@@ -58,17 +58,19 @@ class SimGpu:
         self.state_dir = state_dir
         self.children = []
 
-    def spawn(self, code, env=None, **kw):
-        """Starts a child running PRELUDE + code in its own process group."""
-        proc = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+    def spawn(self, code, env=None, args=(), prefix=(), **kw):
+        """Starts a child running PRELUDE + code (sys.argv[1:]: args; through `prefix`, a
+        command such as unshare) in its own process group."""
+        proc = subprocess.Popen([*prefix, sys.executable, "-c", PRELUDE + textwrap.dedent(code),
+                                 *args],
                                 env=env or self.env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
         self.children.append(proc)
         return proc
 
-    def run(self, code, env=None, timeout=30, check=True):
+    def run(self, code, env=None, timeout=30, check=True, prefix=()):
         """Runs a child to completion; returns (stdout lines as JSON objects, stderr)."""
-        proc = self.spawn(code, env=env)
+        proc = self.spawn(code, env=env, prefix=prefix)
         out, err = proc.communicate(timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"child failed ({proc.returncode}):\n{err}")

@@ -200,6 +200,44 @@ def test_endings_as_the_workload_says():
     assert v.objects == ("pod/default/bad",) and "UnexpectedAdmissionError" in v.message
 
 
+def refused(name: str, message: str, at: str) -> dict:
+    p = pod(name, phase="Failed", expect="Succeeded", reason="UnexpectedAdmissionError",
+            message=message)
+    p["metadata"]["managedFields"] = [
+        {"manager": "kube-scheduler", "time": "2026-12-04T10:54:01Z"},
+        {"manager": "kubelet", "operation": "Update", "subresource": "status", "time": at}]
+    return p
+
+
+def test_kubelets_refusal_for_a_disconnected_plugin_is_excused_only_when_the_caller_says():
+    gap = refused("gap", "Allocate failed due to no healthy devices present; cannot allocate "
+                  "unhealthy devices nvidia.com/gpu, which is unexpected", "2026-12-04T10:54:05Z")
+    other = refused("other", "Allocate failed due to rpc error: boom", "2026-12-04T10:54:05Z")
+    at = checks.refused_by_kubelet_at(gap)
+    assert at == datetime(2026, 12, 4, 10, 54, 5, tzinfo=timezone.utc)
+    assert checks.refused_by_kubelet_at(other) is None
+    assert checks.refused_by_kubelet_at(pod("ok", phase="Succeeded")) is None
+    # Without an excuse (or one that does not cover it) both are violations.
+    assert sorted(v.check for v in checks.endings(snap(pods=[gap, other]))) == \
+        ["ending", "ending"]
+    seen = []
+
+    def excuse(p):
+        seen.append(p["metadata"]["name"])
+        when = checks.refused_by_kubelet_at(p)
+        return "the plugin was down" if when and when.minute == 54 else None
+    found = checks.endings(snap(pods=[gap, other]), excuse)
+    assert {(v.objects[0], v.check) for v in found} == {
+        ("pod/default/gap", "ending-excused"), ("pod/default/other", "ending")}
+    assert sorted(seen) == ["gap", "other"]
+    # The auditor keeps the excused apart: reported, not a violation.
+    auditor = Auditor(excuse=excuse)
+    new = auditor.observe(snap(pods=[gap, other]))
+    assert [v.objects for v in new] == [("pod/default/other",)]
+    assert [v.objects for v in auditor.excused] == [("pod/default/gap",)]
+    assert auditor.by_check() == {"ending": 1}
+
+
 def test_metrics_over_limit_by_the_shim_count():
     labels = 'podnamespace="default",podname="p",ctrname="main",vdeviceid="0",' \
              f'deviceuuid="{GPU0}"'

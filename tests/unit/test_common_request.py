@@ -54,13 +54,16 @@ def test_requests_used_when_no_limits():
     ({"nvidia.com/gpu": "1.5"}, "whole number"),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": "500m"}, "whole number"),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 150}, "between 1 and 100"),
+    # 0 was read as "not given": the container got the whole card's memory
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 0}, "between 1 and 100"),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 101}, "between 0 and 100"),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 100, "nvidia.com/gpumem-percentage": 10},
      "only one of"),
     ({"nvidia.com/gpu": 0, "nvidia.com/gpumem": 100}, "asks for 0 GPUs"),
     ({"nvidia.com/gpu": "lots"}, "not a number"),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": "1.5Ki"}, "whole number of MiB"),
-], ids=["negative", "fraction", "milli-cores", "pct-over-100", "cores-over-100", "both-mem",
+], ids=["negative", "fraction", "milli-cores", "pct-over-100", "pct-zero", "cores-over-100",
+        "both-mem",
         "zero-count", "garbage", "sub-mib"])
 def test_validation_errors(limits, message):
     with pytest.raises(RequestError, match=message):

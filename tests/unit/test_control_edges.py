@@ -167,6 +167,21 @@ def test_lock_takes_over_from_a_deleted_owner_and_survives_a_stale_cache(locked)
     assert locker.acquire("n1", "ns", "b").endswith(",ns,b")
 
 
+@pytest.mark.parametrize("phase,taken", [("Failed", True), ("Succeeded", True),
+                                          ("Running", False), ("Pending", False)])
+def test_lock_of_a_finished_owner_is_taken_over(locked, phase, taken):
+    """kubelet fails a pod at admission when the node agent cannot reach the API; the agent
+    cannot release the lock then, and the pod will never be allocated."""
+    api, clock, locker = locked
+    locker.acquire("n1", "ns", "a")
+    api.pods[("ns", "a")]["status"] = {"phase": phase}
+    if taken:
+        assert locker.acquire("n1", "ns", "b").endswith(",ns,b")
+    else:
+        with pytest.raises(LockError, match="locked by ns/a"):
+            locker.acquire("n1", "ns", "b")
+
+
 def _watched(api):
     """The nodes' watched copy as the node locker reads it: (resourceVersion, lock)."""
     def cached(name):

@@ -323,16 +323,19 @@ def test_missing_shim_fails_with_the_fix(alloc_env):
     assert cluster.ann("p")[C.ANNO_BIND_PHASE] == "failed"
 
 
-@pytest.mark.parametrize("owner,phase,age,released", [
-    ("gone", None, 0, True),
-    ("p", C.BIND_PHASE_SUCCESS, 60, True),
-    ("p", C.BIND_PHASE_FAILED, 1, False),          # too young: the scheduler may be binding
-    ("p", C.BIND_PHASE_ALLOCATING, 60, False),     # still waiting for kubelet
-], ids=["owner-deleted", "owner-done", "young-lock", "owner-waiting"])
-def test_stale_lock_rules(alloc_env, owner, phase, age, released):
+@pytest.mark.parametrize("owner,phase,pod_phase,age,released", [
+    ("gone", None, None, 0, True),
+    ("p", C.BIND_PHASE_SUCCESS, "Pending", 60, True),
+    ("p", C.BIND_PHASE_FAILED, "Pending", 1, False),      # too young: the scheduler may bind
+    ("p", C.BIND_PHASE_ALLOCATING, "Pending", 60, False),  # still waiting for kubelet
+    # kubelet failed it at admission while we could not reach the API to release the lock
+    ("p", C.BIND_PHASE_ALLOCATING, "Failed", 1, True),
+], ids=["owner-deleted", "owner-done", "young-lock", "owner-waiting", "owner-failed"])
+def test_stale_lock_rules(alloc_env, owner, phase, pod_phase, age, released):
     cluster, allocator, _ = alloc_env
     if phase:
         cluster.add_pod("p", [[(A, 1, 1)]], phase=phase)
+        cluster.pods[("default", "p")]["status"]["phase"] = pod_phase
     cluster.lock(owner, age_s=age)
     assert allocator.release_stale_lock() is released
     assert (C.ANNO_NODE_LOCK not in cluster.node["metadata"]["annotations"]) is released

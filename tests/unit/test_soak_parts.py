@@ -3,10 +3,11 @@ report's percentiles and its verdict."""
 from __future__ import annotations
 
 import math
+import time
 
 from hami_common import constants as C
 from hami_sim.audit.model import ANNO_EXPECT, Violation
-from hami_sim.soak.faults import KINDS
+from hami_sim.soak.faults import GAP_SLACK_S, KINDS, PluginGaps
 from hami_sim.soak.report import SoakReport, percentile
 from hami_sim.soak.run import OVERLAP_S, WARMUP_S, SoakOptions, schedule
 from hami_sim.soak.workload import LABEL, MAX_GPUS, MIN_SHARE, Mix
@@ -59,3 +60,15 @@ def test_percentiles_and_the_verdict():
     report.audit_errors.clear()
     report.violations.append(Violation("lock", "node-a locked for 600 s", ("node/node-a",)))
     assert not report.ok and "node-a locked" in report.text()
+
+
+
+def test_a_plugin_gap_covers_its_fault_give_or_take_the_slack():
+    gaps = PluginGaps()
+    killed = gaps.open("hami-node-killed")
+    killed[1:] = [100.0, 103.0]
+    gaps.open("kubelet-restarted")[1] = 200.0          # still open: until now
+    assert gaps.at(101.0) == "hami-node-killed"
+    assert gaps.at(103.0 + GAP_SLACK_S) == "hami-node-killed"
+    assert gaps.at(100.0 - GAP_SLACK_S - 0.1) == "" and gaps.at(150.0) == ""
+    assert gaps.at(time.time()) == "kubelet-restarted"

@@ -27,3 +27,9 @@ hami-control-tls
 {{- define "hami.gpuResources" -}}
 ['nvidia.com/gpu', 'nvidia.com/gpumem', 'nvidia.com/gpumem-percentage', 'nvidia.com/gpucores', 'nvidia.com/priority']
 {{- end }}
+
+{{/* What only hami-control and hami-node write on a pod (hami_common/constants.py
+SCHEDULER_POD_ANNOTATIONS): a pod created with them is sent to the webhook, which refuses it. */}}
+{{- define "hami.schedulerAnnotations" -}}
+['hami.io/vgpu-node', 'hami.io/vgpu-time', 'hami.io/vgpu-devices-to-allocate', 'hami.io/vgpu-devices-allocated', 'hami.io/bind-phase', 'hami.io/bind-time', 'hami.io/mutex.lock', 'hami.io/vgpu-mig-allocations']
+{{- end }}

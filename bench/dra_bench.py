@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from hami_common.constants import DRA_DRIVER
 from hami_common.dra_request import claim_devices, published_sizes
 from hami_common.request import parse_pod
+from hami_control.webhook.claims import template_labels
 from hami_control.webhook.dra import ANNO_DRA_CLAIMS, ask_record
 from hami_node.dra.slices import SliceOptions, build_slice
 from hami_node.plugin.backend import Gpu
@@ -43,12 +44,15 @@ def _shape(pod: dict):
         request.filters
 
 
-def dra_pods(pods, namespace: str, gpus: list, scheduler: str = "") -> tuple:
+def dra_pods(pods, namespace: str, gpus: list, scheduler: str = "",
+             finalizer: bool = True) -> tuple:
     """(the templates, pod bodies): each trace pod with GPUs uses a claim from the template
     of its shape instead of nvidia.com/* resources; CPU-only pods are left as they are.
     `gpus`: (type, UUID, MiB) of the published GPUs, as the webhook's templates read them.
     With `scheduler` (hami-scheduler: its prioritize extender scores the nodes), the GPU pods
-    name it and record their ask in `hami.io/dra-claims`, as the webhook's opt-in does."""
+    name it and record their ask in `hami.io/dra-claims`, as the webhook's opt-in does.
+    `finalizer`: the templates carry the webhook's label (hami.io/dra-claim), so their claims
+    get kube-scheduler's finalizer at creation; without it, kube-scheduler adds it itself."""
     templates, bodies = {}, []
     for p in pods:
         pod = p.pod_object(namespace=namespace)
@@ -59,7 +63,8 @@ def dra_pods(pods, namespace: str, gpus: list, scheduler: str = "") -> tuple:
                 templates[key] = {
                     "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                     "metadata": {"name": f"shape-{len(templates)}", "namespace": namespace},
-                    "spec": {"spec": {"devices": claim_devices(
+                    "spec": {"metadata": {"labels": template_labels() if finalizer else {}},
+                             "spec": {"devices": claim_devices(
                         ask, filters, published_sizes(gpus, filters))}}}
             del ctr["resources"]["limits"]
             ctr["resources"]["claims"] = [{"name": "gpu"}]

@@ -13,11 +13,12 @@ def _packing(name: str, real: dict, replay: dict) -> None:
           f"{per_pod[0]:.3f} vs {per_pod[1]:.3f})")
 
 
-def report(ours: dict, alone: dict, dra, replay: dict, total: int, scored=None) -> None:
+def report(ours: dict, alone: dict, dra, replay: dict, total: int, scored=None,
+           bare=None) -> None:
     """Prints the runs, their ratios to kube-scheduler alone, where the time went and packing
-    vs the replay."""
-    runs = [("extender", ours), ("dra", dra), ("dra_prioritize", scored),
-            ("scheduler_alone", alone)]
+    vs the replay (`bare`: the DRA run whose claims lacked the finalizer at creation)."""
+    runs = [("extender", ours), ("dra", dra), ("dra_without_finalizer", bare),
+            ("dra_prioritize", scored), ("scheduler_alone", alone)]
     runs = [(k, r) for k, r in runs if r is not None]
     for _, r in runs:
         print(json.dumps(r))
@@ -42,6 +43,10 @@ def report(ours: dict, alone: dict, dra, replay: dict, total: int, scored=None) 
         _packing("dra_", dra["packing"], replay)
     if scored is not None:
         _packing("dra_prioritize_", scored["packing"], replay)
+        served = (scored.get("hami_control") or {}).get("prioritize")
+        if served:
+            print(f"prioritize in hami-control: {served['calls']} calls, "
+                  f"{served['mean_ms']} ms each (mean)")
         if dra is not None and dra["pods_per_s"]:
             print(f"dra with / without the prioritize extender: "
                   f"{scored['pods_per_s'] / dra['pods_per_s']:.2f} of the throughput")

@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from benchlib import print_machine
 from dra_bench import (clear_claims, dra_pods, packing_claims, profile_scheduler,
                        publish_slices)
+from k8s_counters import apiserver_counters, cpu_seconds, server_times
 from k8s_report import report
 
 from hami_common import constants as C
@@ -191,69 +192,8 @@ def packing_replay(nodes, pods) -> dict:
     return {"gpus": len(gpus), "pods": holding}
 
 
-def server_times(control) -> dict:
-    """hami-control's own mean time per webhook, filter and bind call (ms) and the number of
-    calls, from its /metrics (the part of each call spent inside hami-control)."""
-    _, body = control.client.request("GET", "/metrics")
-    sums, counts = {}, {}
-    for line in (body.decode() if isinstance(body, bytes) else body).splitlines():
-        for verb in ("webhook", "filter", "bind"):
-            name = f"hami_control_{verb}_seconds"
-            if line.startswith(name + "_sum"):
-                sums[verb] = float(line.split()[-1])
-            elif line.startswith(name + "_count"):
-                counts[verb] = int(float(line.split()[-1]))
-    return {verb: {"calls": counts[verb], "mean_ms": round(1000 * sums[verb] / counts[verb], 2)}
-            for verb in counts if counts[verb]}
-
-
-def cpu_seconds(c) -> dict:
-    """CPU seconds (user + system) each component has used so far, this script included."""
-    import os
-    tick = os.sysconf("SC_CLK_TCK")
-    pids = {name: p.pid for name, p in c.procs.items()}
-    pids["bench (creating, node agent)"] = os.getpid()
-    used = {}
-    for name, pid in pids.items():
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            used[name] = (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, IndexError, ValueError):
-            continue       # exited
-    return used
-
-
-WRITE_VERBS = ('verb="POST"', 'verb="PUT"', 'verb="PATCH"', 'verb="DELETE"', 'verb="APPLY"')
-
-
-def apiserver_counters(c) -> dict:
-    """Counters the API server has kept so far (its /metrics): mutating requests answered
-    (`writes`, the shared resource both runs compete for on one machine), single-object GETs
-    (`reads`) and the time it spent calling admission webhooks (`webhook_s`,
-    `webhook_calls`)."""
-    import ssl
-    import urllib.request
-    ctx = ssl.create_default_context(cafile=str(c.pki.ca))
-    ctx.load_cert_chain(str(c.pki.crt("admin")), str(c.pki.key("admin")))
-    with urllib.request.urlopen(c.api_url + "/metrics", context=ctx, timeout=30) as resp:
-        text = resp.read().decode()
-    out = {"writes": 0.0, "reads": 0.0, "webhook_s": 0.0, "webhook_calls": 0.0}
-    for line in text.splitlines():
-        value = line.rsplit(" ", 1)[-1]
-        if line.startswith("apiserver_request_total{") and any(v in line for v in WRITE_VERBS):
-            out["writes"] += float(value)
-        elif line.startswith("apiserver_request_total{") and 'verb="GET"' in line:
-            out["reads"] += float(value)
-        elif line.startswith("apiserver_admission_webhook_admission_duration_seconds_sum{"):
-            out["webhook_s"] += float(value)
-        elif line.startswith("apiserver_admission_webhook_admission_duration_seconds_count{"):
-            out["webhook_calls"] += float(value)
-    return out
-
-
 def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
-        dra: bool = False, profile=None, scores: bool = False) -> dict:
+        dra: bool = False, profile=None, scores: bool = False, finalizer: bool = True) -> dict:
     """Creates the pods for scheduler (with `dra`, claims of our DRA driver instead of
     nvidia.com/* resources); the figures once each is bound (or WAIT_S passed without a
     binding)."""
@@ -264,7 +204,7 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
         templates, bodies = dra_pods(pods, namespace, [(d.type, d.id, d.devmem)
                                                        for n in load_gpu_nodes()
                                                        for d in n.devices(SPLIT)],
-                                     scheduler if scores else "")
+                                     scheduler if scores else "", finalizer)
         c.apply(templates)
     else:
         bodies = [pod_body(p, namespace, scheduler) for p in pods]
@@ -286,11 +226,11 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
     if profiling:
         profiling.join()
     bound = watcher.bound
-    counters = {k: v - counters[k] for k, v in apiserver_counters(c).items()}
+    counters = {k: v - counters.get(k, 0.0) for k, v in apiserver_counters(c).items()}
     cpu = {name: round(t - cpu.get(name, 0.0), 1) for name, t in cpu_seconds(c).items()}
     packing = packing_claims(c, namespace) if dra else \
         packing_real(v1, namespace) if agent else None
-    served = server_times(c.control) if agent else None
+    served = server_times(c.control) if agent or scores else None
     if len(bound) < len(pods):      # say why the rest stayed unbound
         left = next(p for p in v1.list_namespaced_pod(namespace).items
                     if not p.spec.node_name)
@@ -312,6 +252,9 @@ def run(c, pods, namespace: str, scheduler: str, threads: int, agent: bool,
             "packing": packing, "hami_control": served,
             "apiserver_writes_per_pod": round(counters["writes"] / len(pods), 2),
             "apiserver_reads_per_pod": round(counters["reads"] / len(pods), 2),
+            "apiserver_writes_per_pod_by": {k[2:]: round(v / len(pods), 2)
+                                            for k, v in sorted(counters.items())
+                                            if k.startswith("w:") and v >= len(pods) / 100},
             "webhook_ms_at_apiserver": round(1000 * counters["webhook_s"] /
                                              counters["webhook_calls"], 2)
             if counters["webhook_calls"] else None, "cpu_s": cpu}
@@ -333,6 +276,10 @@ def main() -> int:
                     help="leave out the DRA run through hami-scheduler's prioritize extender")
     ap.add_argument("--no-extender", dest="extender", action="store_false",
                     help="leave out the extender run (DRA and kube-scheduler alone only)")
+    ap.add_argument("--dra-without-finalizer", dest="bare", action="store_true",
+                    help="one more DRA run whose claims lack the webhook's label, so that "
+                         "kube-scheduler adds its delete-protection finalizer itself (the "
+                         "write the webhook saves)")
     ap.add_argument("--nodes-to-score", type=int, default=None, metavar="PERCENT",
                     help="percentageOfNodesToScore in every kube-scheduler's configuration "
                          "(default: kube-scheduler's adaptive one)")
@@ -354,7 +301,7 @@ def main() -> int:
         c.scheduler_settings = {"percentageOfNodesToScore": args.nodes_to_score}
         print(f"percentageOfNodesToScore: {args.nodes_to_score} in every kube-scheduler",
               flush=True)
-    dra = ours = scored = None
+    dra = ours = scored = bare = None
     c.control_args = ["--handshake-interval", "0", "--log-level", "warning",
                       *args.control_arg]
     try:
@@ -375,8 +322,13 @@ def main() -> int:
             profile = (args.profile, c.root / "dra-scheduler.pprof") if args.profile else None
             dra = run(c, pods, "bench-dra", "default-scheduler", args.threads, agent=False,
                       dra=True, profile=profile)
+            last = "bench-dra"
+            if args.bare:
+                clear_claims(c, last, args.threads)     # the same GPUs free again
+                bare = run(c, pods, last := "bench-dra-bare", "default-scheduler",
+                           args.threads, agent=False, dra=True, finalizer=False)
             if args.scores:
-                clear_claims(c, "bench-dra", args.threads)     # the same GPUs free again
+                clear_claims(c, last, args.threads)
                 scored = run(c, pods, "bench-dra-scores", C.SCHEDULER_NAME, args.threads,
                              agent=False, dra=True, scores=True)
         alone = run(c, pods, "bench-default", "default-scheduler", args.threads, agent=False)
@@ -384,7 +336,7 @@ def main() -> int:
         c.stop()
         if args.keep or args.profile:
             print(f"logs kept in {c.logs}", file=sys.stderr)
-    report(ours, alone, dra, packing_replay(nodes, pods), len(pods), scored)
+    report(ours, alone, dra, packing_replay(nodes, pods), len(pods), scored, bare)
     return 0
 
 

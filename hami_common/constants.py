@@ -77,3 +77,8 @@ DRA_CORES = "cores"            # percent of the GPU's time, 0..100
 # Opt-in of a pod or namespace (label or pod annotation) to have the webhook turn
 # nvidia.com/gpu + gpumem + gpucores into a ResourceClaim.
 LABEL_DRA = "hami.io/dra"
+# On the claims made from the webhook's templates (a template's labels go to its claims): the
+# webhook gives such a claim, at its creation, the finalizer kube-scheduler would otherwise add
+# with a write of its own before allocating it.
+LABEL_DRA_CLAIM = "hami.io/dra-claim"
+CLAIM_DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"

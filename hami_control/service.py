@@ -68,8 +68,8 @@ class ControlPlane:
                                      lambda: self.leader.is_leader, clock)
         self.dashboard = Dashboard(config.dashboard, self.state, config.defaults) \
             if config.dashboard else None
-        self.dra_templates = DraTemplates(api, clock)
         self.published = PublishedGpus(api, clock)
+        self.dra_templates = DraTemplates(api, clock, sizes=self.published.sizes)
         self.dra_nodes = DraNodes(clock)
         self.quota_gate = QuotaGate(self.state, api, self.published,
                                     lambda: self.leader.is_leader, clock,

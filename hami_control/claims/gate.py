@@ -15,7 +15,6 @@ from typing import Callable
 
 from hami_common.constants import POD_FINISHED_PHASES
 from hami_common.request import parse_filters
-from hami_common.dra_request import published_sizes
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.api import ApiError, Invalid, NotFound
 from hami_control.cluster.events import warn_pod
@@ -55,7 +54,7 @@ class QuotaGate:
         sizes = []
         if any(a.mem_percent and not a.mem_mib for a in asks.values()):
             filters = parse_filters((pod.get("metadata") or {}).get("annotations") or {})
-            sizes = published_sizes(self.published.gpus(), filters)
+            sizes = self.published.sizes(filters)
         return ask_amount(asks.values(), sizes)
 
     def on_pod(self, pod: dict, deleted: bool) -> None:

@@ -65,13 +65,16 @@ class DraNodes:
             old = self._slices.pop(name, None)
             if gpus is not None:
                 self._slices[name] = gpus
+            if gpus == old:
+                return        # a relist or resync: re-placing every claim per slice was
+                #               1,213 x the claims (bench/k8s_throughput.py)
             self._pools = {s.pool: s.node for s in self._slices.values()}
             self._by_node = {s.node: s.gpus for s in self._slices.values()}
             if old is not None and (gpus is None or old.node != gpus.node):
                 self.view.remove_node(old.node)
-            if gpus is not None and gpus != old:
+            if gpus is not None:
                 self._upsert(gpus.node, gpus.gpus)
-            self._replace_claims()
+            self._replace_claims({s.pool for s in (old, gpus) if s is not None})
 
     def reconcile_slices(self, listed) -> None:
         """After a relist: forgets the slices the list lacks."""
@@ -183,9 +186,11 @@ class DraNodes:
         cpu, mem = self._sizes.get(node, (None, None))
         self.view.upsert_node(node, gpus, cpu, mem)
 
-    def _replace_claims(self) -> None:
-        for key in list(self._claims):
-            self._place_claim(key)
+    def _replace_claims(self, pools: set) -> None:
+        """Places again the claims on the given pools' devices."""
+        for key, use in list(self._claims.items()):
+            if any(d.node in pools for d in use.devices):
+                self._place_claim(key)
 
     def _place_claim(self, key: str) -> None:
         use = self._claims.get(key)
@@ -201,8 +206,9 @@ class DraNodes:
             self.view.reserve(held)
 
     def _assume(self, request, answer: list) -> None:
-        best = [a["Host"] for a in answer if a["Score"] == answer_max(answer)]
-        if not request.uid or len(best) != 1 or answer_max(answer) == 0:
+        top = answer_max(answer)
+        best = [a["Host"] for a in answer if a["Score"] == top]
+        if not request.uid or len(best) != 1 or top == 0:
             return
         decision = self.engine.place(self.view, request, best)
         if not decision.ok:

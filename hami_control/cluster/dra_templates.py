@@ -11,16 +11,17 @@ template that cannot be written gets a Warning Event on the pod saying why.
 import logging
 import queue
 import threading
-from typing import Callable
+from typing import Callable, Optional
 
 from hami_common.constants import DRA_DRIVER, DRA_MEMORY
 from hami_common.dra_request import claim_devices, published_sizes
 from hami_common.errors import HamiFormatError, RequestError
 from hami_common.quantity import parse_quantity
-from hami_common.request import parse_filters
+from hami_common.request import DeviceFilters, parse_filters
 from hami_control.clock import Clock, SystemClock
 from hami_control.cluster.api import ApiError, Conflict
 from hami_control.cluster.events import warn_pod
+from hami_control.webhook.claims import template_labels
 from hami_control.webhook.dra import recorded_asks
 
 log = logging.getLogger(__name__)
@@ -45,28 +46,36 @@ def published_gpus(slices) -> list:
     return out
 
 
-def templates_for(pod: dict, gpus: Callable[[], list]) -> list:
-    """The pod's templates, owned by it; RequestError when one cannot be written. `gpus`:
-    the published GPUs (`published_gpus`), asked only for a memory percentage."""
+def templates_for(pod: dict, sizes: Callable[[DeviceFilters], list]) -> list:
+    """The pod's templates, owned by it; RequestError when one cannot be written. `sizes`:
+    the published memory sizes its filters allow (`published_sizes`), asked only for a
+    memory percentage."""
     meta = pod.get("metadata") or {}
     asks = recorded_asks(pod)
     filters = parse_filters(meta.get("annotations") or {})
     needs_sizes = any(a.mem_percent and not a.mem_mib for a in asks.values())
-    known = published_sizes(gpus(), filters) if needs_sizes else []
+    known = sizes(filters) if needs_sizes else []
     owner = {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"),
              "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": True}
     return [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
              "metadata": {"name": name, "namespace": meta.get("namespace"),
                           "ownerReferences": [owner]},
-             "spec": {"spec": {"devices": claim_devices(ask, filters, known)}}}
+             "spec": {"metadata": {"labels": template_labels()},
+                      "spec": {"devices": claim_devices(ask, filters, known)}}}
             for name, ask in sorted(asks.items())]
 
 
 class DraTemplates:
     """on_pod(pod, deleted) from the sync; creates the templates from its own thread."""
 
-    def __init__(self, api, clock: Clock = SystemClock(), component: str = "hami-control"):
+    def __init__(self, api, clock: Clock = SystemClock(), component: str = "hami-control",
+                 sizes: Optional[Callable[[DeviceFilters], list]] = None):
         self.api, self.clock, self.component = api, clock, component
+        # The published memory sizes a percentage may take: the service passes its cache
+        # (claims/published.py). Listing the slices per pod cost 1,213 slices read per
+        # percentage pod (bench/k8s_throughput.py: most of hami-control's CPU in that run).
+        self.sizes = sizes or (lambda filters: published_sizes(
+            published_gpus(api.list_slices(DRA_DRIVER)), filters))
         self._made: set = set()          # pod UIDs whose templates exist
         self._queue: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -84,8 +93,7 @@ class DraTemplates:
         """Creates the pod's templates; True when they all exist."""
         meta = pod.get("metadata") or {}
         try:
-            for template in templates_for(pod, lambda: published_gpus(
-                    self.api.list_slices(DRA_DRIVER))):
+            for template in templates_for(pod, self.sizes):
                 try:
                     self.api.create_claim_template(meta.get("namespace"), template)
                 except Conflict:

@@ -78,8 +78,8 @@ class Engine:
         if self.config.learn:
             self.registry.observe(request)
         self.mig_demand.observe(request)
-        entry = self._entry(view, request, node_policy, gpu_policy)
         mask, unknown = (None, []) if nodes is None else view.candidates(nodes)
+        entry = self._entry(view, request, node_policy, gpu_policy, mask)
         scores = entry.scores if mask is None else np.where(mask, entry.scores, -np.inf)
         fits = np.flatnonzero(scores > -np.inf)
         policy = (node_policy.name, gpu_policy.name)
@@ -103,8 +103,8 @@ class Engine:
         node_policy, gpu_policy = self._policies(view, request)
         if self.config.learn:
             self.registry.observe(request)
-        entry = self._entry(view, request, node_policy, gpu_policy)
         mask = None if nodes is None else view.candidates(nodes)[0]
+        entry = self._entry(view, request, node_policy, gpu_policy, mask)
         scores = entry.scores if mask is None else np.where(mask, entry.scores, -np.inf)
         fits = np.flatnonzero(scores > -np.inf)
         if fits.size == 0:
@@ -145,7 +145,11 @@ class Engine:
                 return score, None, plan
         return -np.inf, why, None
 
-    def _entry(self, view, request, node_policy, gpu_policy) -> _Entry:
+    def _entry(self, view, request, node_policy, gpu_policy, mask=None) -> _Entry:
+        """The request's cached scores, brought up to date on the nodes in `mask` (all when
+        None): a node outside it keeps its stale score until it is a candidate again (the
+        extender is asked about a sample of the nodes: re-scoring all that changed cost most
+        of a prioritize answer)."""
         key = (request.signature, node_policy.name, gpu_policy.name, node_policy.version,
                gpu_policy.version, self.config.resource_fit, id(self.registry))
         caches = view.caches
@@ -155,7 +159,8 @@ class Engine:
         caches[key] = entry
         if len(caches) > _CACHE_ENTRIES:
             caches.pop(next(iter(caches)))
-        todo = np.flatnonzero(entry.seen != view.versions)
+        stale = entry.seen != view.versions
+        todo = np.flatnonzero(stale if mask is None else stale & mask)
         if todo.size:
             self._rescore(view, request, node_policy, gpu_policy, entry, todo)
         return entry

@@ -16,7 +16,9 @@ Rules, in order (HAMi's, with its defaults):
    turns its nvidia.com/* resources into ResourceClaims (webhook/dra.py) and gives it our
    scheduler (whose prioritize extender scores the nodes for its claims), and in a namespace
    with a GPU quota adds the quota's scheduling gate (claims/gate.py lifts it).
-Answered in the AdmissionReview version it was asked in (admission.k8s.io/v1 or v1beta1).
+A ResourceClaim CREATE of a claim made from our templates gets kube-scheduler's finalizer
+(webhook/claims.py). Answered in the AdmissionReview version it was asked in
+(admission.k8s.io/v1 or v1beta1).
 """
 import base64
 import json
@@ -28,6 +30,7 @@ from hami_common.podshape import pod_problem
 from hami_common.request import RequestDefaults, parse_pod
 from hami_control.errors import BadRequest
 from hami_control.placement.registry import SERVER_POLICIES
+from hami_control.webhook.claims import claim_review, is_claim_create
 from hami_control.webhook.dra import removals, dra_patch, opted_in
 
 VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
@@ -103,6 +106,8 @@ class Webhook:
         return version, request
 
     def _review(self, request: Mapping) -> dict:
+        if is_claim_create(request):
+            return claim_review(request)
         kind = request.get("kind") if isinstance(request.get("kind"), Mapping) else {}
         pod = request.get("object")
         if kind.get("kind") != "Pod" or request.get("operation") != "CREATE":

@@ -12,6 +12,7 @@ from kubernetes import client
 
 from hami_common import constants as C
 from hami_control.config import parser
+from hami_control.webhook.claims import template_labels
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 MODELS = {"Namespace": "V1Namespace", "ServiceAccount": "V1ServiceAccount",
@@ -191,7 +192,7 @@ def test_no_system_priority_class_outside_kube_system():
 
 
 def test_the_webhook_fails_closed_only_for_pods_asking_for_our_resources():
-    (hook,) = _by_kind("MutatingWebhookConfiguration")[0]["webhooks"]
+    hook, _ = _by_kind("MutatingWebhookConfiguration")[0]["webhooks"]
     assert hook["failurePolicy"] == "Fail"
     # Kept by hami-control, outside the manifest: re-applying deploy/ must not empty it.
     assert "caBundle" not in hook["clientConfig"]
@@ -206,3 +207,13 @@ def test_the_webhook_fails_closed_only_for_pods_asking_for_our_resources():
     assert args.webhook_configuration == _by_kind("MutatingWebhookConfiguration")[0][
         "metadata"]["name"]
     assert args.webhook_ca_file.startswith("/etc/hami-control/tls/")
+
+
+def test_the_claim_webhook_sees_only_our_templates_claims_and_fails_open():
+    pods, claims = _by_kind("MutatingWebhookConfiguration")[0]["webhooks"]
+    assert claims["failurePolicy"] == "Ignore"      # a missed finalizer costs one write
+    assert claims["objectSelector"] == {"matchLabels": template_labels()}
+    assert claims["clientConfig"]["service"] == pods["clientConfig"]["service"]
+    assert claims["rules"] == [{"operations": ["CREATE"], "apiGroups": ["resource.k8s.io"],
+                                "apiVersions": ["v1"], "resources": ["resourceclaims"],
+                                "scope": "Namespaced"}]

@@ -229,6 +229,38 @@ def test_the_webhook_turns_hami_resources_into_a_claim_the_pod_owns(dra):
         c.kubectl("get", "resourceclaimtemplates,resourceclaims", "-n", "dra-opt-in",
                   "-o", "json"))["items"], 60)
 
+def test_claims_carry_the_finalizer_from_birth_and_go_with_their_pods(dra):
+    # The webhook gives our templates' claims kube-scheduler's finalizer at creation, so
+    # kube-scheduler skips its Update; the resourceclaim controller still lets them go, whether
+    # their pod was scheduled (allocated claim) or deleted before (claim never allocated).
+    c = dra
+    held, running = (legacy_pod("t4", {"nvidia.com/gpumem": "512"}) for _ in range(2))
+    held["spec"]["schedulingGates"] = [{"name": "example.com/never"}]     # never scheduled
+    running["spec"]["containers"][0]["command"] = SLEEP
+    names = [json.loads(c.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body)))[
+        "metadata"]["name"] for body in (held, running)]
+    [unplaced], [placed] = [wait_until(f"the claim of {n}", lambda n=n: [
+        cl for cl in claim_of_pod(c, n, "dra-opt-in") if cl["metadata"].get("finalizers")
+        and (n == names[0] or results(cl))], 120) for n in names]
+    # (kubectl leaves managedFields out unless asked)
+    unplaced, placed = (json.loads(c.kubectl(
+        "get", "resourceclaim", cl["metadata"]["name"], "-n", "dra-opt-in", "-o", "json",
+        "--show-managed-fields")) for cl in (unplaced, placed))
+    for cl in (unplaced, placed):
+        assert cl["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
+        assert cl["metadata"]["labels"] == {"hami.io/dra-claim": "true"}
+        # kube-scheduler wrote the status alone: no finalizer Update of its own
+        assert not [m for m in cl["metadata"]["managedFields"]
+                    if m.get("manager") == "kube-scheduler" and not m.get("subresource")]
+    assert not results(unplaced)
+    assert any(m.get("manager") == "kube-scheduler" and m.get("subresource") == "status"
+               for m in placed["metadata"]["managedFields"])     # the manager name is right
+    for name in names:
+        delete(c, name, namespace="dra-opt-in")
+        wait_until(f"the claim of {name} collected with it", lambda n=name: not claim_of_pod(
+            c, n, "dra-opt-in"), 60)
+
+
 def test_a_namespace_gpu_quota_holds_dra_pods_and_counts_their_claims(dra):
     """The webhook gates the opted-in pods of a namespace with a quota; hami-control lets the
     first through (the real kube-scheduler allocates its claim, counted in the quota's status

@@ -168,3 +168,23 @@ def test_a_slice_deleted_takes_its_node_out(model):
     assert model.view.node("node-a") is not None
     model.reconcile_slices([])
     assert len(model.view) == 0
+
+
+def test_a_slice_seen_again_unchanged_places_no_claim_again_and_a_change_only_its_own(model):
+    placed = []
+    real = model._place_claim
+    model._place_claim = lambda key: placed.append(key) or real(key)
+    model.apply_claim("ns/a", use("a", "node-a", 0, 4096))
+    model.apply_claim("ns/b", use("b", "node-b", 0, 4096))
+    model.apply_claim("ns/c", use("c", "node-c", 0, 4096))     # its slice comes later
+    assert model.view.reservation("claim:ns/c") is None
+    placed.clear()
+    model.apply_slice(slice_of("node-a"), deleted=False)        # a relist: the same slice
+    assert placed == []
+    model.apply_slice(slice_of("node-a", mem_gib=24), deleted=False)
+    assert placed == ["ns/a"]
+    assert model.view.node("node-a").devices[0].usedmem == 4096
+    placed.clear()
+    model.apply_node(node_of("node-c"), deleted=False)
+    model.apply_slice(slice_of("node-c"), deleted=False)
+    assert placed == ["ns/c"] and model.view.reservation("claim:ns/c").node == "node-c"

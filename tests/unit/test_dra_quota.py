@@ -138,3 +138,37 @@ def test_the_sync_counts_claims_and_carries_on_without_the_dra_api(caplog):
         assert "DRA claims are not counted against namespace GPU quotas" in caplog.text
     finally:
         sync.stop()
+
+
+def test_published_sizes_are_worked_out_once_per_list_and_filters():
+    from hami_common.request import DeviceFilters
+    from hami_control.claims.published import PublishedGpus
+
+    def device(kind, mib, n):
+        return {"name": f"gpu-{n}", "attributes": {"type": {"string": kind},
+                                                   "uuid": {"string": f"GPU-{n}"}},
+                "capacity": {"memory": {"value": f"{mib}Mi"}}}
+
+    class Api:
+        lists = 0
+        devices = [device("NVIDIA-Tesla T4", 15360, 0), device("NVIDIA A100", 40960, 1)]
+
+        def list_slices(self, driver):
+            Api.lists += 1
+            return [{"spec": {"devices": list(Api.devices)}}]
+
+    class Clock:
+        now = 0.0
+
+        def monotonic(self):
+            return Clock.now
+
+    published = PublishedGpus(Api(), Clock(), ttl_s=30.0)
+    t4 = DeviceFilters(use_types=("t4",))
+    assert published.sizes(DeviceFilters()) == [15360, 40960]
+    assert published.sizes(t4) == [15360] and published.sizes(t4) == [15360]
+    assert Api.lists == 1
+    Api.devices.append(device("NVIDIA-Tesla T4", 16384, 2))
+    assert published.sizes(t4) == [15360]             # the cached list, until it is old
+    Clock.now = 31.0
+    assert published.sizes(t4) == [15360, 16384] and Api.lists == 2

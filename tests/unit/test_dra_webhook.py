@@ -171,6 +171,8 @@ def test_templates_are_made_owned_by_the_pod_once_and_conflicts_are_fine():
     for t in api.templates.values():
         assert t["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
         assert t["metadata"]["namespace"] == "ns"
+        # Kubernetes copies these labels to the claims: the claim webhook knows them by it.
+        assert t["spec"]["metadata"]["labels"] == {"hami.io/dra-claim": "true"}
     selectors = [t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
                  for t in api.templates.values()]
     assert all('contains("t4")' in s[0]["cel"]["expression"] for s in selectors)
@@ -200,4 +202,21 @@ def test_the_sizes_a_percentage_may_take_follow_the_pods_filters():
     devices = claim_devices(ContainerRequest("c", nums=1, mem_percent=10), DeviceFilters(),
                             [15360])
     assert devices["requests"][0]["exactly"]["capacity"] == {"requests": {"memory": "1536Mi"}}
-    assert templates_for({"metadata": {}}, lambda: []) == []
+    assert templates_for({"metadata": {}}, lambda filters: []) == []
+
+
+def test_a_percentage_template_takes_the_sizes_from_the_given_cache_not_a_list():
+    api, pod = FakeApi(), created_pod()
+    anno = json.loads(pod["metadata"]["annotations"][ANNO_DRA_CLAIMS])
+    for record in anno.values():
+        record.update(memMiB=0, memPercent=50)
+    pod["metadata"]["annotations"][ANNO_DRA_CLAIMS] = json.dumps(anno)
+    cached = published_gpus(api.list_slices("d"))
+    api.list_slices = lambda driver: pytest.fail("listed the slices for one pod")
+    calls = []
+    assert DraTemplates(api, sizes=lambda f: calls.append(1) or published_sizes(cached, f)
+                        ).make(pod)
+    assert calls and len(api.templates) == 2 and not api.events
+    for t in api.templates.values():
+        exactly = t["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+        assert exactly["capacity"]["requests"]["memory"] == "7680Mi"     # 50 % of the T4

@@ -220,3 +220,24 @@ def test_node_scores_are_what_place_chooses_from(policy):
     assert set(scores) == {"a", "b"}                     # c's 4000 MiB cannot hold it
     assert engine.place(view, ask).node == max(scores, key=scores.get)
     assert set(engine.node_scores(view, ask, ["b", "c", "zz"])) == {"b"}
+
+
+def test_only_the_candidates_are_rescored_and_a_stale_node_is_rescored_once_asked_about():
+    view = view_of({"a": [gpu("a0", mem=16000)], "b": [gpu("b0", mem=12000)]})
+    engine = Engine(PlacementConfig(node_policy="binpack", gpu_policy="binpack"))
+    evaluated = []
+    real = engine._evaluate
+    engine._evaluate = lambda node, *rest: evaluated.append(node.name) or real(node, *rest)
+    ask = request(mem=6000)
+    first = engine.node_scores(view, ask)
+    assert sorted(evaluated) == ["a", "b"]
+    view.reserve(Reservation("t/x", "a", ((ContainerDevice("a0", 8000, 0),),)))
+    view.reserve(Reservation("t/y", "b", ((ContainerDevice("b0", 4000, 0),),)))
+    evaluated.clear()
+    assert set(engine.node_scores(view, ask, ["b"])) == {"b"}
+    assert evaluated == ["b"]                  # a changed too, but was not asked about
+    evaluated.clear()
+    now = engine.node_scores(view, ask, ["a", "b"])
+    assert evaluated == ["a"]                  # a's change is seen once it is a candidate
+    assert now == engine.node_scores(view, ask) and now != first
+    assert engine.place(view, ask).node == max(now, key=now.get)

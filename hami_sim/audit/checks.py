@@ -214,7 +214,10 @@ def leftovers(snap: Snapshot, first_seen: dict, bounds: Bounds = Bounds()) -> li
 # devicemanager: every device of a plugin whose stream ended is unhealthy until it registers
 # again); kube-scheduler cannot see the gap, the node's allocatable lags by up to 10 s.
 EXCUSED = ("ending-excused",)          # reported, not violations
-PLUGIN_DOWN = ("no healthy devices present", "cannot allocate unregistered device")
+# "code = Unavailable": the plugin's connection ended inside kubelet's Allocate call (the
+# plugin killed mid-call); a refusal by the plugin itself carries another code.
+PLUGIN_DOWN = ("no healthy devices present", "cannot allocate unregistered device",
+               "rpc error: code = Unavailable")
 
 
 def refused_by_kubelet_at(pod: dict) -> Optional[datetime]:

@@ -114,6 +114,25 @@ def real_cluster_source(cluster) -> ClusterSource:
 
     def url() -> str:
         base = node.metrics_url
+        if cluster.installed:       # the DaemonSet's pod, wherever it is now
+            base = installed_metrics_url(api)
         return base if base in ("", "-") or base.endswith("/metrics") \
             else base.rstrip("/") + "/metrics"
     return ClusterSource(api, node.state_dir, node.shim_dir, url)
+
+
+def installed_metrics_url(api, timeout: float = 5.0) -> str:
+    """The installed mode's hami-node /metrics: its DaemonSet pod's address and metrics port
+    ('' while there is no such pod or the API server does not answer)."""
+    from hami_sim.realcluster.installed import NAMESPACE, NODE_METRICS_PORT
+    path = (f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io%2F"
+            f"name%3Dhami-node")
+    try:
+        resp = api.call_api("GET", api.configuration.host + path,
+                            header_params={"Accept": "application/json"},
+                            _request_timeout=timeout)
+        pods = json.loads(resp.read()).get("items") or []
+    except Exception:           # urllib3's errors; the next pass asks again
+        return ""
+    ips = [(p.get("status") or {}).get("podIP") for p in pods]
+    return next((f"http://{ip}:{NODE_METRICS_PORT}/metrics" for ip in ips if ip), "")

@@ -275,8 +275,9 @@ class RealCluster(Startable):
         raw = self.core_v1.list_node(_preload_content=False).data
         return {n["metadata"]["name"]: published_gpus(n) for n in json.loads(raw)["items"]}
 
-    def problems(self) -> list:
-        """What stopped running, in words (empty: all well)."""
+    def problems(self, expected_restarts=None) -> list:
+        """What stopped running, in words (empty: all well); expected_restarts: the installed
+        mode's containers restarted on purpose, (pod, container) -> how often."""
         found = [f"{name} exited ({p.returncode}); its log ends:\n"
                  f"{tail(self.logs / (name + '.log'), 5)}"
                  for name, p in self.procs.items() if p.poll() is not None]
@@ -284,7 +285,7 @@ class RealCluster(Startable):
             found.append(f"hami-node exited; its log ends:\n{tail(self.node.agent_log, 5)}")
         if self.installed:
             from hami_sim.realcluster.installed import restarts
-            found += restarts(self)
+            found += restarts(self, expected_restarts)
         return found
 
     def new_node_agent(self) -> SimNode:

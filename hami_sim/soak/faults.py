@@ -1,6 +1,8 @@
-"""The soak's faults on a RealCluster (processes mode), each injected and then watched until
-the cluster has recovered from it; the time to recover is measured from the moment the fault
-ends (the kill, the resume, the restored configuration) until what it broke works again."""
+"""The soak's faults on a RealCluster, each injected and then watched until the cluster has
+recovered from it; the time to recover is measured from the moment the fault ends (the kill,
+the resume, the restored configuration) until what it broke works again. Faults here are the
+processes mode's (hami-control and hami-node as host processes); installed_faults.py has the
+installed mode's (the chart's pods), and the two kinds only that mode has."""
 from __future__ import annotations
 
 import json
@@ -82,14 +84,31 @@ class PluginGaps:
 
 
 class Faults:
-    """Injects faults into one RealCluster; one lock per component, so a fault never hits a
-    component another fault is still restarting (faults of different kinds overlap)."""
+    """Injects faults into one RealCluster (processes mode); one lock per component, so a
+    fault never hits a component another fault is still restarting (faults of different kinds
+    overlap)."""
+
+    # kind -> the component it hits, where kinds share one (default: the kind's own).
+    COMPONENTS: dict = {}
 
     def __init__(self, cluster):
         self.c = cluster
-        self.locks = {k: threading.Lock() for k in KINDS}
+        self.locks = {self.component(k): threading.Lock() for k in KINDS}
         self.want = cluster.spec.split * len(cluster.spec.gpus)
         self.plugin_gaps = PluginGaps()
+
+    def component(self, kind: str) -> str:
+        """What a fault of kind hits (one fault at a time per component)."""
+        return self.COMPONENTS.get(kind, kind)
+
+    def problems(self) -> list:
+        """What stopped running, in words (the cluster's own list)."""
+        return self.c.problems()
+
+    def restarts_apart(self) -> list:
+        """Component restarts that Kubernetes' own design makes, in words (none here: the
+        processes mode runs kube-scheduler without leader election)."""
+        return []
 
     # Probes ----------------------------------------------------------------------------
 
@@ -260,7 +279,7 @@ class Faults:
     def inject(self, kind: str, at: float) -> FaultResult:
         """Injects one fault of kind and waits for the recovery (FaultResult either way)."""
         result = FaultResult(kind, at)
-        with self.locks[kind]:
+        with self.locks[self.component(kind)]:
             try:
                 result.recovered_s = getattr(self, KINDS[kind])()
             except Exception as e:        # a failed injection is a finding, not a crash
@@ -275,4 +294,23 @@ KINDS = {"gpu-xid": "gpu_xid", "hami-node-killed": "hami_node_killed",
          "kubelet-restarted": "kubelet_restarted",
          "kube-apiserver-restarted": "apiserver_restarted", "etcd-paused": "etcd_paused",
          "containerd-restarted": "containerd_restarted",
-         "webhook-unreachable": "webhook_unreachable"}
+         "webhook-unreachable": "webhook_unreachable",
+         "control-rolling-update": "control_rolling_update", "helm-rollback": "helm_rollback"}
+# What each install mode can inject: the processes mode has no Deployment to roll and no
+# release to roll back; the installed mode has every kind (installed_faults.py).
+INSTALLED_ONLY = ("control-rolling-update", "helm-rollback")
+PROCESS_KINDS = tuple(k for k in KINDS if k not in INSTALLED_ONLY)
+INSTALLED_KINDS = tuple(KINDS)
+
+
+def kinds_for(installed: bool) -> tuple:
+    """The fault kinds of an install mode (installed: the chart's)."""
+    return INSTALLED_KINDS if installed else PROCESS_KINDS
+
+
+def faults_for(cluster) -> Faults:
+    """The Faults of a RealCluster's install mode."""
+    if cluster.installed:
+        from hami_sim.soak.installed_faults import InstalledFaults
+        return InstalledFaults(cluster)
+    return Faults(cluster)

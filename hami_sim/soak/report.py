@@ -38,6 +38,7 @@ class SoakReport:
     planned: int = 0
     violations: list = field(default_factory=list)
     excused: list = field(default_factory=list)         # endings of Kubernetes' own gap
+    restarts_apart: list = field(default_factory=list)  # a lost Lease's exit, restarted
     audit_passes: int = 0
     audit_missed: int = 0
     audit_pods: int = 0
@@ -75,6 +76,7 @@ class SoakReport:
             r.faults.setdefault(res.kind, r.faults.get(res.kind, []))
         r.violations = list(soak.auditor.violations)
         r.excused = list(soak.auditor.excused)
+        r.restarts_apart = soak.faults.restarts_apart()
         r.audit_passes, r.audit_missed = soak.auditor.passes, soak.auditor.missed
         r.audit_pods = len(soak.auditor.pods_seen)
         r.audit_processes = len(soak.auditor.pod_processes)
@@ -127,6 +129,11 @@ class SoakReport:
                          f"from it (Kubernetes' device plugin gap; not violations): "
                          f"{len(self.excused)}")
             lines += [f"  {v}" for v in self.excused]
+        if self.restarts_apart:
+            lines.append(f"components that exited after losing their Lease while the API "
+                         f"server was away, restarted by kubelet (Kubernetes' design; not "
+                         f"problems): {len(self.restarts_apart)}")
+            lines += [f"  {v}" for v in self.restarts_apart]
         lines += [f"  AUDITOR ERROR: {e}" for e in self.audit_errors[:10]]
         lines.append("pod start latency, creation -> container started (startedAt has whole "
                      "seconds: + 1 s, an upper bound):")

@@ -13,7 +13,7 @@ from hami_sim.audit.auditor import Auditor, AuditLoop
 from hami_sim.audit.checks import refused_by_kubelet_at
 from hami_sim.audit.collect import real_cluster_source
 from hami_sim.audit.model import Bounds
-from hami_sim.soak.faults import KINDS, FaultResult, Faults
+from hami_sim.soak.faults import PROCESS_KINDS, FaultResult, faults_for, kinds_for
 from hami_sim.soak.report import SoakReport
 from hami_sim.soak.tracker import PodTracker
 from hami_sim.soak.workload import Mix, Shape
@@ -30,7 +30,7 @@ class SoakOptions:
     rate: float = 0.25                     # pods created per second
     seed: int = 1
     shape: Shape = field(default_factory=Shape)
-    kinds: tuple = tuple(KINDS)
+    kinds: tuple = PROCESS_KINDS          # the installed mode has more (kinds_for)
     fault_gap_s: float = 40.0              # between fault starts (the short soak: less)
     bounds: Bounds = field(default_factory=Bounds)
     audit_interval_s: float = 3.0
@@ -59,7 +59,7 @@ def schedule(options: SoakOptions) -> list:
 
 
 class Soak:
-    """One soak run over a started RealCluster (processes mode)."""
+    """One soak run over a started RealCluster (either install mode: its faults follow)."""
 
     def __init__(self, cluster, options: SoakOptions = SoakOptions(),
                  out: Optional[TextIO] = None,
@@ -67,7 +67,12 @@ class Soak:
         self.c, self.options, self.out = cluster, options, out
         self.side = side                    # run in a thread beside the churn (tests)
         self.run_id = f"s{int(time.time())}"
-        self.faults = Faults(cluster)
+        unknown = [k for k in options.kinds if k not in kinds_for(cluster.installed)]
+        if unknown:
+            raise ValueError(f"fault kind(s) {', '.join(unknown)} need the installed mode "
+                             f"(hami-control installed by the chart); this cluster runs "
+                             f"{cluster.install}")
+        self.faults = faults_for(cluster)
         self.auditor = Auditor(options.bounds, out, excuse=self._excuse)
         self.results: list = []
         self.tracker = PodTracker(cluster, self.run_id, options.audit_interval_s)
@@ -171,4 +176,4 @@ class Soak:
             problems.append("the webhook does not admit GPU pods")
         if not all(f.gpu_healthy(i) for i in range(len(self.c.spec.gpus))):
             problems.append("a GPU is still unhealthy")
-        return problems + self.c.problems()
+        return problems + f.problems()

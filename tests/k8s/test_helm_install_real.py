@@ -4,7 +4,9 @@ hami-node as its DaemonSet (init container installing the shim, hostPath mounts)
 project's image imported into containerd. The demo's examples pass through that
 installation; a rolling update of hami-control completes with no GPU given twice while pods
 are being placed; a pod of an old-glibc image (Debian bullseye, glibc 2.31) gets the shim
-through Allocate's mounts and /etc/ld.so.preload, and its memory cap holds.
+through Allocate's mounts and /etc/ld.so.preload, and its memory cap holds; a short soak (its
+pods created while the faults last) goes through a rolling update of hami-control and a helm
+upgrade rolled back with no violation.
 
 conftest.py runs this module before the others: the machine holds one real cluster at a time.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +29,9 @@ from hami_sim.realcluster.cli import hints
 from hami_sim.realcluster.installed import NAMESPACE, rollout_done
 from hami_sim.realcluster.scenario import (container_log, run_real_scenario,
                                            unschedulable_message)
+from hami_sim.soak.faults import INSTALLED_ONLY
+from hami_sim.soak.run import Soak, SoakOptions
+from hami_sim.soak.workload import Shape
 
 from k8shelpers import (INFO, REPO, check_gpu_pods_seen, create, delete, forwarded_page, get, pod,
                         printed_commands, run_all, wait_phase)
@@ -167,3 +173,23 @@ def test_the_readmes_dashboard_commands_run_as_printed(installed):
     for command in commands:
         snapshot = json.loads(forwarded_page(command, env))
         assert [len(n["gpus"]) for n in snapshot["nodes"]] == [len(installed.spec.gpus)]
+
+
+# The two kinds only the installed mode has, at 15 s and 65 s into 85 s of pods (one fault on
+# hami-control at a time: the second waits for the first to recover).
+SHORT_SOAK = SoakOptions(duration_s=85, rate=0.2, fault_gap_s=50, kinds=INSTALLED_ONLY,
+                         shape=Shape(short_s=(2, 5), long_s=(15, 30)), wait_cleanup=False,
+                         drain_s=90)
+
+
+def test_a_short_soak_through_a_rolling_update_and_a_helm_rollback_has_no_violation(installed):
+    report = Soak(installed, SHORT_SOAK, out=sys.stdout).run()
+    print(report.text())
+    assert report.injected == report.planned == 2, report.text()
+    assert sorted(report.faults) == sorted(INSTALLED_ONLY), report.text()
+    assert not report.unrecovered and not report.violations, report.text()
+    assert not report.not_serving and not report.audit_errors, report.text()
+    # The auditor judged pods, their processes by the driver and hami-node's metrics (read
+    # from its DaemonSet pod).
+    assert report.ran >= 8 and report.audit_processes >= 2, report.text()
+    assert report.audit_metrics >= 2, report.text()

@@ -216,6 +216,15 @@ def test_kubelets_refusal_for_a_disconnected_plugin_is_excused_only_when_the_cal
     at = checks.refused_by_kubelet_at(gap)
     assert at == datetime(2026, 12, 4, 10, 54, 5, tzinfo=timezone.utc)
     assert checks.refused_by_kubelet_at(other) is None
+    # The plugin killed inside kubelet's Allocate call (the installed soak's seed 1 met it);
+    # the plugin refusing with a code of its own is not the gap.
+    mid_call = refused("mid-call", "Allocate failed due to rpc error: code = Unavailable desc = "
+                       "error reading from server: EOF, which is unexpected",
+                       "2026-12-04T10:54:06Z")
+    assert checks.refused_by_kubelet_at(mid_call) == at.replace(second=6)
+    assert checks.refused_by_kubelet_at(refused(
+        "own", "Allocate failed due to rpc error: code = InvalidArgument desc = no devices",
+        "2026-12-04T10:54:06Z")) is None
     assert checks.refused_by_kubelet_at(pod("ok", phase="Succeeded")) is None
     # Without an excuse (or one that does not cover it) both are violations.
     assert sorted(v.check for v in checks.endings(snap(pods=[gap, other]))) == \

@@ -7,7 +7,8 @@ import time
 
 from hami_common import constants as C
 from hami_sim.audit.model import ANNO_EXPECT, Violation
-from hami_sim.soak.faults import GAP_SLACK_S, KINDS, PluginGaps
+from hami_sim.soak.faults import GAP_SLACK_S, PluginGaps
+from hami_sim.soak.faults import PROCESS_KINDS as KINDS
 from hami_sim.soak.report import SoakReport, percentile
 from hami_sim.soak.run import OVERLAP_S, WARMUP_S, SoakOptions, schedule
 from hami_sim.soak.workload import LABEL, MAX_GPUS, MIN_SHARE, Mix

@@ -44,6 +44,8 @@ def start(c) -> None:
     c.apply([cfg.webhook_config(c.control.url, c.pki.ca.read_bytes())])
     c.step(f"deploy/'s MutatingWebhookConfiguration applied (URL {c.control.url}/webhook, "
            "caBundle: the generated CA)")
+    c.apply(cfg.deploy_docs("hami-control-pod-guard.yaml"))
+    c.step("deploy/'s ValidatingAdmissionPolicy on hami-py's pod annotations applied")
     start_schedulers(c)
 
 

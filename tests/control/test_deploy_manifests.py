@@ -20,7 +20,9 @@ MODELS = {"Namespace": "V1Namespace", "ServiceAccount": "V1ServiceAccount",
           "Role": "V1Role", "RoleBinding": "V1RoleBinding", "ConfigMap": "V1ConfigMap",
           "Service": "V1Service", "Deployment": "V1Deployment",
           "MutatingWebhookConfiguration": "V1MutatingWebhookConfiguration",
-          "PriorityClass": "V1PriorityClass"}
+          "PriorityClass": "V1PriorityClass",
+          "ValidatingAdmissionPolicy": "V1ValidatingAdmissionPolicy",
+          "ValidatingAdmissionPolicyBinding": "V1ValidatingAdmissionPolicyBinding"}
 # KubeSchedulerConfiguration extender keys (protocols section 2).
 EXTENDER_KEYS = {"urlPrefix", "filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb",
                  "weight", "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable",
@@ -217,3 +219,25 @@ def test_the_claim_webhook_sees_only_our_templates_claims_and_fails_open():
     assert claims["rules"] == [{"operations": ["CREATE"], "apiGroups": ["resource.k8s.io"],
                                 "apiVersions": ["v1"], "resources": ["resourceclaims"],
                                 "scope": "Namespaced"}]
+
+
+def test_the_pod_guard_names_our_annotations_and_our_service_accounts():
+    (policy,) = _by_kind("ValidatingAdmissionPolicy")
+    (binding,) = _by_kind("ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"],
+                               "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"] == [{
+        "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+        "resources": ["pods"]}]
+    keys = next(v for v in spec["variables"] if v["name"] == "keys")["expression"]
+    assert set(re.findall(r"'(hami\.io/[\w.-]+)'", keys)) == set(C.SCHEDULER_POD_ANNOTATIONS)
+    (condition,) = spec["matchConditions"]
+    allowed = set(re.findall(r"'system:serviceaccount:([\w-]+):([\w-]+)'",
+                             condition["expression"]))
+    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"])
+                for name in ("hami-control-rbac.yaml", "hami-node.yaml")
+                for d in yaml.safe_load_all((DEPLOY / name).read_text())
+                if d and d["kind"] == "ServiceAccount"}
+    assert allowed == accounts

@@ -81,6 +81,19 @@ def test_the_chart_and_deploy_agree(helm, kind, name):
             assert ours[field] == theirs[field], field
 
 
+def test_the_pod_guard_agrees_with_deploy_and_names_this_release_accounts(helm):
+    docs = render(helm)
+    ours = by(docs, "ValidatingAdmissionPolicy", "hami-pod-decisions")["spec"]
+    theirs = by(deploy_docs(), "ValidatingAdmissionPolicy", "hami-pod-decisions")["spec"]
+    for field in ("failurePolicy", "matchConstraints", "variables", "validations"):
+        assert ours[field] == theirs[field], field
+    (condition,) = ours["matchConditions"]
+    assert f"system:serviceaccount:{NAMESPACE}:hami-node" in condition["expression"]
+    assert f"system:serviceaccount:{NAMESPACE}:hami-control" in condition["expression"]
+    assert by(docs, "ValidatingAdmissionPolicyBinding", "hami-pod-decisions")["spec"] == \
+        by(deploy_docs(), "ValidatingAdmissionPolicyBinding", "hami-pod-decisions")["spec"]
+
+
 def test_the_scheduler_configuration_and_the_control_flags_agree_with_deploy(helm):
     docs = render(helm)
     config = by(docs, "ConfigMap", "hami-scheduler-config")["data"]["scheduler-config.yaml"]

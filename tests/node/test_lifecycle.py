@@ -123,16 +123,18 @@ def test_xid_makes_a_gpu_unhealthy_then_healthy_again(node_cluster):
     _inject_xid(node, 0, 43)    # in the ignored list
     _inject_xid(node, 0, 79)    # GPU fallen off the bus: critical
     injected = time.monotonic()
-    wait_for(lambda: _health(kubelet.kubelet, bad) == {UNHEALTHY}, timeout=1.0, interval=0.01,
-             what="GPU 0's virtual devices to turn Unhealthy within 1 s")
-    assert time.monotonic() - injected < 1.0
+    # The event wakes hami-node at once (typically well under 1 s); the bound allows a loaded
+    # 2-core machine and still tells an event from the 30 s annotation refresh.
+    wait_for(lambda: _health(kubelet.kubelet, bad) == {UNHEALTHY}, timeout=5.0, interval=0.01,
+             what="GPU 0's virtual devices to turn Unhealthy within 5 s")
+    assert time.monotonic() - injected < 5.0
     assert _health(kubelet.kubelet, good) == {HEALTHY}
     wait_for(lambda: [d.health for d in sched.registered()] == [False, True],
              what="health false in the annotation")
     status = sched.v1.read_node(node.name).status
     assert status.allocatable[C.RESOURCE_GPU] == str(SPLIT)
     # Quiet for 1.5 s (--health-recovery-seconds) and NVML answers: Healthy again.
-    wait_for(lambda: _health(kubelet.kubelet, bad) == {HEALTHY}, timeout=5,
+    wait_for(lambda: _health(kubelet.kubelet, bad) == {HEALTHY}, timeout=10,
              what="GPU 0 to recover")
     assert time.monotonic() - injected >= 1.5
     wait_for(lambda: [d.health for d in sched.registered()] == [True, True],

@@ -45,9 +45,11 @@ demo: install
 # The soak with chaos (hami_sim/soak): a real cluster of its own, the openb mix of pods created
 # and deleted at a steady rate while faults hit it, judged by the auditor (hami_sim/audit); an
 # hour by default: `make soak SOAK_DURATION=600`, more options with SOAK_ARGS (see
-# `python3 -m hami_sim.soak --help`). Needs root, as tests/k8s does.
+# `python3 -m hami_sim.soak --help`). By default hami-py is installed by its Helm chart
+# (--installed), the only mode with every fault kind (a rolling update, a helm rollback);
+# `SOAK_ARGS=` runs hami-control and hami-node as host processes. Needs root, as tests/k8s does.
 SOAK_DURATION ?= 3600
-SOAK_ARGS ?=
+SOAK_ARGS ?= --installed
 soak: install k8s
 	$(VPY) -m hami_sim.soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
 

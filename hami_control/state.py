@@ -352,6 +352,14 @@ class SchedulerState:
         with self.lock:
             return self.view.reservation(key)
 
+    def unhealthy(self, node: str, uuids: Iterable[str]) -> list:
+        """Those of the GPUs that the node's registration, as last watched, marks unhealthy
+        (or no longer lists)."""
+        with self.lock:
+            registration = self._registrations.get(node)
+            healthy = {d.id for d in registration.devices if d.health} if registration else set()
+        return sorted(set(uuids) - healthy)
+
     def overcommitted(self) -> list:
         """Devices whose reservations exceed their capacity (should always be empty)."""
         with self.lock:

@@ -76,6 +76,11 @@ class BindHandler:
         if reservation.node != args.node:
             raise BindError(f"pod {args.key} was given GPUs on node {reservation.node}, but is "
                             f"being bound to {args.node}; kube-scheduler filters it again")
+        sick = self.state.unhealthy(args.node, reservation.device_usage())
+        if sick:       # an XID since the filter: kubelet's Allocate would fail the pod for good
+            raise BindError(f"GPU {', '.join(sick)} on node {args.node}, given to pod "
+                            f"{args.key}, turned Unhealthy since it was placed; "
+                            "kube-scheduler filters it again")
         lock = self.locker.acquire(args.node, args.namespace, args.name)
         phase = {C.ANNO_BIND_PHASE: C.BIND_PHASE_ALLOCATING,
                  C.ANNO_BIND_TIME: str(int(self.clock.now().timestamp()))}

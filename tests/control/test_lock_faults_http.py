@@ -1,5 +1,6 @@
 """The node lock and the failure paths of filter and bind, with faults injected into the API
 server double: every pod ends bound with consistent annotations, or unbound and retryable."""
+import dataclasses
 import json
 import threading
 
@@ -8,7 +9,7 @@ import pytest
 from ctlhelpers import (add_gpu_node, allocated, create, eventually, gpu_pod, read_pod,
                         schedule)
 from hami_common import constants as C
-from hami_common import node_lock
+from hami_common import node_lock, node_register
 
 WHOLE = {"nvidia.com/gpu": 1}
 BINDINGS = ["bindings", "pods/binding"]     # the client posts to .../bindings
@@ -132,3 +133,28 @@ def test_api_latency_and_dropped_watches(core_v1, control, apiserver, one_node):
     assert [schedule(core_v1, control, p)[0] for p in pods] == ["n1", "n1"]
     uuids = [allocated(read_pod(core_v1, f"p{i}"))[0][0].uuid for i in range(2)]
     assert len(set(uuids)) == 2
+
+
+def test_a_gpu_turned_unhealthy_between_filter_and_bind_is_not_bound(core_v1, control,
+                                                                     one_node):
+    """An XID after the filter placed the pod: binding it would have kubelet's Allocate fail
+    the pod for good; the bind refuses, and the next filter places it on a healthy GPU."""
+    pod = create(core_v1, control, gpu_pod("p", WHOLE))
+    first = control.client.filter(pod, ["n1"])
+    assert first["NodeNames"] == ["n1"]
+    (given,) = {d.uuid for ctr in allocated(read_pod(core_v1, "p")) for d in ctr}
+    node = core_v1.read_node("n1")
+    devs = node_register.decode(node.metadata.annotations[C.ANNO_NODE_REGISTER])
+    sick = [dataclasses.replace(d, health=d.id != given) for d in devs]
+    core_v1.patch_node("n1", {"metadata": {"annotations": {
+        C.ANNO_NODE_REGISTER: node_register.encode(sick)}}})
+    eventually(lambda: control.plane.state.unhealthy("n1", [given]) == [given])
+    meta = pod["metadata"]
+    bound = control.client.bind("default", "p", meta["uid"], "n1")
+    assert given in bound["Error"] and "Unhealthy" in bound["Error"], bound
+    assert read_pod(core_v1, "p")["spec"].get("nodeName") is None
+    assert _lock(core_v1, "n1") is None
+    node_name, _, bound = schedule(core_v1, control, read_pod(core_v1, "p"))
+    assert node_name == "n1" and bound == {"Error": ""}
+    assert {d.uuid for ctr in allocated(read_pod(core_v1, "p")) for d in ctr} == {
+        d.id for d in devs if d.id != given}

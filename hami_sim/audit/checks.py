@@ -218,14 +218,17 @@ EXCUSED = ("ending-excused",)          # reported, not violations
 # plugin killed mid-call); a refusal by the plugin itself carries another code.
 PLUGIN_DOWN = ("no healthy devices present", "cannot allocate unregistered device",
                "rpc error: code = Unavailable")
+# hami-node's Allocate refusing a GPU that failed (an XID) after the pod was bound to it.
+GPU_FAILED = ("is Unhealthy (critical XID",)
 
 
-def refused_by_kubelet_at(pod: dict) -> Optional[datetime]:
-    """When kubelet refused pod because its device plugin was not connected (its last
-    write of the pod, from managedFields), or None for any other ending."""
+def refused_by_kubelet_at(pod: dict, said=PLUGIN_DOWN) -> Optional[datetime]:
+    """When kubelet refused pod at admission with one of the messages `said` (by default:
+    its device plugin was not connected), from kubelet's last write of the pod in
+    managedFields; None for any other ending."""
     status = pod.get("status") or {}
     if status.get("reason") != "UnexpectedAdmissionError" or \
-            not any(m in (status.get("message") or "") for m in PLUGIN_DOWN):
+            not any(m in (status.get("message") or "") for m in said):
         return None
     stamps = [f.get("time") for f in (pod.get("metadata") or {}).get("managedFields") or []
               if f.get("manager") == "kubelet" and f.get("time")]

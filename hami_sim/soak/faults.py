@@ -59,11 +59,13 @@ def until(check: Callable[[], object], what: str, timeout: float = RECOVERY_TIME
         time.sleep(interval)
 
 
-class PluginGaps:
-    """When kubelet had no device plugin connected because of a fault (hami-node killed,
-    kubelet restarted): [kind, start, end or None] in wall time, until hami-node registered
-    again. kubelet refuses every GPU pod it admits then, as on any Kubernetes node whose
-    device plugin restarts."""
+class Gaps:
+    """Spans of wall time a fault opened, [kind, start, end or None]. Two are kept: when
+    kubelet had no device plugin connected (hami-node killed, kubelet restarted; until
+    hami-node registered again: kubelet refuses every GPU pod it admits then, as on any
+    Kubernetes node whose device plugin restarts), and when a GPU had just failed (an XID,
+    until hami-node published it unhealthy: a pod bound to it a moment before is refused at
+    Allocate, as a pod starting on a GPU that falls off the bus fails on any node)."""
 
     def __init__(self):
         self.gaps: list = []
@@ -95,7 +97,8 @@ class Faults:
         self.c = cluster
         self.locks = {self.component(k): threading.Lock() for k in KINDS}
         self.want = cluster.spec.split * len(cluster.spec.gpus)
-        self.plugin_gaps = PluginGaps()
+        self.plugin_gaps = Gaps()
+        self.gpu_failures = Gaps()
 
     def component(self, kind: str) -> str:
         """What a fault of kind hits (one fault at a time per component)."""
@@ -268,11 +271,16 @@ class Faults:
     def gpu_xid(self, index: int = 0) -> float:
         """A critical XID on a GPU: hami-node marks it unhealthy; until it is healthy again
         (hami-node's healthRecoverySeconds of quiet)."""
+        failure = self.gpu_failures.open("gpu-xid")
         subprocess.run([sys.executable, "-m", "hami_sim.cli", "inject-xid", str(index),
                         str(XID)], env=self.c.node.env, check=True, timeout=30,
                        capture_output=True)
         start = time.monotonic()
-        until(lambda: not self.gpu_healthy(index), f"GPU {index} marked unhealthy", timeout=60)
+        try:
+            until(lambda: not self.gpu_healthy(index), f"GPU {index} marked unhealthy",
+                  timeout=60)
+        finally:
+            failure[2] = time.time()
         until(lambda: self.gpu_healthy(index), f"GPU {index} healthy again")
         return time.monotonic() - start
 

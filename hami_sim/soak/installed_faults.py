@@ -164,6 +164,21 @@ class InstalledFaults(Faults):
         return until(found, f"a running {container} holding the Lease {lease}",
                      timeout=LEADER_WAIT_S)
 
+    def kill_leader(self, lease: str, container: str) -> tuple:
+        """Kills the running holder of a Lease (running_leader); (identity, pod). One that
+        ended between the look and the kill (the hour's soak met a kube-scheduler exiting on
+        its lost Lease then) is looked for again, up to LEADER_WAIT_S."""
+        deadline = time.monotonic() + LEADER_WAIT_S
+        while True:
+            holder, pod = self.running_leader(lease, container)
+            try:
+                self.kill_container(pod, container)
+                return holder, pod
+            except FaultError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
     def kill_container(self, pod_name: str, container: str) -> None:
         """SIGKILL to every process of one container of a pod of the release (kubelet then
         restarts it); counted, so that the restart is not reported as a problem."""
@@ -203,9 +218,8 @@ class InstalledFaults(Faults):
         """SIGKILL the hami-control container of the Lease holder's pod; until a living
         replica (the other one, or the killed one restarted) renewed the Lease, is Ready and
         behind the extender's Service, and the webhook admits."""
-        _, holder = self.running_leader(CONTROL_LEASE, CONTROL)
-        killed_at = time.time()
-        self.kill_container(holder, CONTROL)
+        self.kill_leader(CONTROL_LEASE, CONTROL)
+        killed_at = time.time()      # a renewal after this is a living replica's
         start = time.monotonic()
         until(lambda: self.leader_serving(killed_at), "a living hami-control holding the Lease")
         until(self.webhook_admits, "the webhook admitting GPU pods")
@@ -214,8 +228,7 @@ class InstalledFaults(Faults):
     def scheduler_restarted(self) -> float:
         """SIGKILL the leading kube-scheduler (the container beside hami-control in the
         holder's pod: its identity is '<pod>_<uuid>'); until a new instance holds the Lease."""
-        old, pod = self.running_leader(SCHEDULER_LEASE, "kube-scheduler")
-        self.kill_container(pod, "kube-scheduler")
+        old, _ = self.kill_leader(SCHEDULER_LEASE, "kube-scheduler")
         start = time.monotonic()
         until(lambda: self.lease_holder(SCHEDULER_LEASE) not in ("", old),
               "a new kube-scheduler holding its Lease")

@@ -125,9 +125,9 @@ class SoakReport:
                      f"metrics checked)")
         lines += [f"  {v}" for v in self.violations]
         if self.excused:
-            lines.append(f"pods refused by kubelet while a fault had hami-node disconnected "
-                         f"from it (Kubernetes' device plugin gap; not violations): "
-                         f"{len(self.excused)}")
+            lines.append(f"pods refused at admission inside a fault's gap (hami-node "
+                         f"disconnected from kubelet, or the pod's GPU failing as it was "
+                         f"bound; not violations): {len(self.excused)}")
             lines += [f"  {v}" for v in self.excused]
         if self.restarts_apart:
             lines.append(f"components that exited after losing their Lease while the API "

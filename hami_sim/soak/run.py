@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, TextIO
 
 from hami_sim.audit.auditor import Auditor, AuditLoop
-from hami_sim.audit.checks import refused_by_kubelet_at
+from hami_sim.audit.checks import GPU_FAILED, refused_by_kubelet_at
 from hami_sim.audit.collect import real_cluster_source
 from hami_sim.audit.model import Bounds
 from hami_sim.soak.faults import PROCESS_KINDS, FaultResult, faults_for, kinds_for
@@ -90,11 +90,19 @@ class Soak:
         """Kubernetes' own gap, not ours: kubelet refuses a pod it admits while its device
         plugin is disconnected (UnexpectedAdmissionError), and neither kube-scheduler nor an
         extender can see that within the seconds it lasts. Counted apart, not a violation,
-        when one of our faults had the plugin down then (README: what we survive)."""
+        when one of our faults had the plugin down then (README: what we survive). So is a
+        pod refused at Allocate because its GPU failed (an XID) as it was being bound, before
+        hami-node had published the failure: on any node a pod starting on a GPU that falls
+        off the bus fails (the bind refuses a GPU already known unhealthy)."""
         at = refused_by_kubelet_at(pod)
         kind = self.faults.plugin_gaps.at(at.timestamp()) if at else ""
-        return f"kubelet refused it at {at:%H:%M:%S} while {kind} had the device plugin " \
-               f"disconnected" if kind else None
+        if kind:
+            return f"kubelet refused it at {at:%H:%M:%S} while {kind} had the device " \
+                   f"plugin disconnected"
+        at = refused_by_kubelet_at(pod, GPU_FAILED)
+        kind = self.faults.gpu_failures.at(at.timestamp()) if at else ""
+        return f"refused at Allocate at {at:%H:%M:%S}: its GPU failed ({kind}) as it was " \
+               f"bound, before hami-node had published it unhealthy" if kind else None
 
     def say(self, text: str) -> None:
         """A progress line."""

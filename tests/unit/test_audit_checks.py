@@ -226,6 +226,13 @@ def test_kubelets_refusal_for_a_disconnected_plugin_is_excused_only_when_the_cal
         "own", "Allocate failed due to rpc error: code = InvalidArgument desc = no devices",
         "2026-12-04T10:54:06Z")) is None
     assert checks.refused_by_kubelet_at(pod("ok", phase="Succeeded")) is None
+    # hami-node refusing a GPU that failed after the bind: only when asked for that message.
+    failed = refused("failed", "Allocate failed due to rpc error: code = FailedPrecondition "
+                     "desc = pod default/failed: GPU GPU-1 assigned to container 'main' is "
+                     "Unhealthy (critical XID 79); delete the pod", "2026-12-04T10:54:07Z")
+    assert checks.refused_by_kubelet_at(failed) is None
+    assert checks.refused_by_kubelet_at(failed, checks.GPU_FAILED) == at.replace(second=7)
+    assert checks.refused_by_kubelet_at(gap, checks.GPU_FAILED) is None
     # Without an excuse (or one that does not cover it) both are violations.
     assert sorted(v.check for v in checks.endings(snap(pods=[gap, other]))) == \
         ["ending", "ending"]

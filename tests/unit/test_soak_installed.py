@@ -155,3 +155,19 @@ def test_a_container_the_status_calls_running_but_without_processes_is_not_kille
     with pytest.raises(FaultError, match="no running process of ctl-b/kube-scheduler"):
         faults.kill_container("ctl-b", "kube-scheduler")
     assert faults.killed == {}
+
+
+def test_a_leader_that_ends_between_the_look_and_the_kill_is_looked_for_again(tmp_path):
+    """The hour's soak: a kube-scheduler exiting on its lost Lease just as it was to be
+    killed; the fault looks for the running leader again instead of giving up."""
+    faults = InstalledFaults(LeaseCluster(["ctl-b_5678"], running={"ctl-b"}), tmp_path)
+    write_proc(tmp_path, 10, f"12:pids:/hami-k8s/kubepods/pod0e7f3c2a/{CID}\n")
+    tries = []
+
+    def kill(pod, container):
+        tries.append((pod, container))
+        if len(tries) == 1:
+            raise FaultError(f"no running process of {pod}/{container} to kill")
+    faults.kill_container = kill
+    assert faults.kill_leader("hami-scheduler", "kube-scheduler") == ("ctl-b_5678", "ctl-b")
+    assert tries == [("ctl-b", "kube-scheduler")] * 2

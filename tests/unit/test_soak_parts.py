@@ -7,7 +7,7 @@ import time
 
 from hami_common import constants as C
 from hami_sim.audit.model import ANNO_EXPECT, Violation
-from hami_sim.soak.faults import GAP_SLACK_S, PluginGaps
+from hami_sim.soak.faults import GAP_SLACK_S, Gaps
 from hami_sim.soak.faults import PROCESS_KINDS as KINDS
 from hami_sim.soak.report import SoakReport, percentile
 from hami_sim.soak.run import OVERLAP_S, WARMUP_S, SoakOptions, schedule
@@ -65,7 +65,7 @@ def test_percentiles_and_the_verdict():
 
 
 def test_a_plugin_gap_covers_its_fault_give_or_take_the_slack():
-    gaps = PluginGaps()
+    gaps = Gaps()
     killed = gaps.open("hami-node-killed")
     killed[1:] = [100.0, 103.0]
     gaps.open("kubelet-restarted")[1] = 200.0          # still open: until now

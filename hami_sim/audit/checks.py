@@ -235,6 +235,21 @@ def refused_by_kubelet_at(pod: dict, said=PLUGIN_DOWN) -> Optional[datetime]:
     return datetime.fromisoformat(max(stamps).replace("Z", "+00:00")) if stamps else None
 
 
+def exit_lost_at(pod: dict) -> Optional[datetime]:
+    """When a container of pod ended with its exit status lost (kubelet's exit 255, reason
+    Unknown: the runtime could not say how it ended), by its finishedAt, else kubelet's last
+    write of the pod; None when no container ended so."""
+    for st in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (st.get("state") or {}).get("terminated") or {}
+        if term.get("exitCode") == 255 and term.get("reason") == "Unknown":
+            stamps = [term.get("finishedAt")] if term.get("finishedAt") else [
+                f.get("time") for f in (pod.get("metadata") or {}).get("managedFields") or []
+                if f.get("manager") == "kubelet" and f.get("time")]
+            return datetime.fromisoformat(max(stamps).replace("Z", "+00:00")) if stamps \
+                else None
+    return None
+
+
 def endings(snap: Snapshot, excuse=None) -> list:
     """Every finished pod ended as its workload says (annotation soak.hami.io/expect),
     unless it was deleted (a pod stopped by its deletion ends as the deletion says).

@@ -60,12 +60,14 @@ def until(check: Callable[[], object], what: str, timeout: float = RECOVERY_TIME
 
 
 class Gaps:
-    """Spans of wall time a fault opened, [kind, start, end or None]. Two are kept: when
+    """Spans of wall time a fault opened, [kind, start, end or None]. Kept: when
     kubelet had no device plugin connected (hami-node killed, kubelet restarted; until
     hami-node registered again: kubelet refuses every GPU pod it admits then, as on any
     Kubernetes node whose device plugin restarts), and when a GPU had just failed (an XID,
     until hami-node published it unhealthy: a pod bound to it a moment before is refused at
-    Allocate, as a pod starting on a GPU that falls off the bus fails on any node)."""
+    Allocate, as a pod starting on a GPU that falls off the bus fails on any node). A third:
+    while containerd restarted (a container that ends then may have its exit status lost:
+    kubelet reports exit 255, reason Unknown)."""
 
     def __init__(self):
         self.gaps: list = []
@@ -99,6 +101,7 @@ class Faults:
         self.want = cluster.spec.split * len(cluster.spec.gpus)
         self.plugin_gaps = Gaps()
         self.gpu_failures = Gaps()
+        self.runtime_restarts = Gaps()       # containerd down (it may lose an exit status)
 
     def component(self, kind: str) -> str:
         """What a fault of kind hits (one fault at a time per component)."""
@@ -244,12 +247,16 @@ class Faults:
         env = clean_base_env()
         env["PATH"] = f"{os.path.dirname(self.c.bins['containerd'])}:" \
                       f"{env.get('PATH', '/usr/bin:/bin')}"
+        down = self.runtime_restarts.open("containerd-restarted")
         self._restart_same("containerd", env=env)
         start = time.monotonic()
-        until(lambda: subprocess.run([self.c.bins["ctr"], "--address",
-                                      str(self.c.containerd_socket), "version"],
-                                     capture_output=True, timeout=10).returncode == 0,
-              "containerd answering")
+        try:
+            until(lambda: subprocess.run([self.c.bins["ctr"], "--address",
+                                          str(self.c.containerd_socket), "version"],
+                                         capture_output=True, timeout=10).returncode == 0,
+                  "containerd answering")
+        finally:
+            down[2] = time.time()
         until(self.node_serving, "the node Ready")
         return time.monotonic() - start
 

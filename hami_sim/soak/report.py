@@ -125,9 +125,10 @@ class SoakReport:
                      f"metrics checked)")
         lines += [f"  {v}" for v in self.violations]
         if self.excused:
-            lines.append(f"pods refused at admission inside a fault's gap (hami-node "
-                         f"disconnected from kubelet, or the pod's GPU failing as it was "
-                         f"bound; not violations): {len(self.excused)}")
+            lines.append(f"endings a fault explains (kubelet refusing a pod while hami-node "
+                         f"was disconnected, the pod's GPU failing as it was bound, "
+                         f"containerd losing an exit status as it restarted; not "
+                         f"violations): {len(self.excused)}")
             lines += [f"  {v}" for v in self.excused]
         if self.restarts_apart:
             lines.append(f"components that exited after losing their Lease while the API "

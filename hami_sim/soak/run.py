@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, TextIO
 
 from hami_sim.audit.auditor import Auditor, AuditLoop
-from hami_sim.audit.checks import GPU_FAILED, refused_by_kubelet_at
+from hami_sim.audit.checks import GPU_FAILED, exit_lost_at, refused_by_kubelet_at
 from hami_sim.audit.collect import real_cluster_source
 from hami_sim.audit.model import Bounds
 from hami_sim.soak.faults import PROCESS_KINDS, FaultResult, faults_for, kinds_for
@@ -93,7 +93,9 @@ class Soak:
         when one of our faults had the plugin down then (README: what we survive). So is a
         pod refused at Allocate because its GPU failed (an XID) as it was being bound, before
         hami-node had published the failure: on any node a pod starting on a GPU that falls
-        off the bus fails (the bind refuses a GPU already known unhealthy)."""
+        off the bus fails (the bind refuses a GPU already known unhealthy). And a container
+        that ended while containerd restarted, its exit status lost (the hour's soak met one:
+        a 2.5 s workload ending as containerd stopped)."""
         at = refused_by_kubelet_at(pod)
         kind = self.faults.plugin_gaps.at(at.timestamp()) if at else ""
         if kind:
@@ -101,8 +103,13 @@ class Soak:
                    f"plugin disconnected"
         at = refused_by_kubelet_at(pod, GPU_FAILED)
         kind = self.faults.gpu_failures.at(at.timestamp()) if at else ""
-        return f"refused at Allocate at {at:%H:%M:%S}: its GPU failed ({kind}) as it was " \
-               f"bound, before hami-node had published it unhealthy" if kind else None
+        if kind:
+            return f"refused at Allocate at {at:%H:%M:%S}: its GPU failed ({kind}) as it " \
+                   f"was bound, before hami-node had published it unhealthy"
+        at = exit_lost_at(pod)
+        kind = self.faults.runtime_restarts.at(at.timestamp()) if at else ""
+        return f"its container ended at {at:%H:%M:%S} while containerd restarted " \
+               f"({kind}), which lost its exit status (exit 255, Unknown)" if kind else None
 
     def say(self, text: str) -> None:
         """A progress line."""

@@ -303,3 +303,15 @@ def test_audit_loop_counts_missed_passes_and_keeps_its_own_errors():
     assert loop.auditor.missed == 1 and loop.auditor.errors == ["KeyError: 'spec'"]
     assert [v.check for v in found] == ["overcommit"]
     assert fetch_metrics("-") is None and fetch_metrics("") is None
+
+
+def test_an_exit_status_lost_by_the_runtime_is_found_by_its_time():
+    lost = pod("lost", phase="Failed", expect="Succeeded")
+    lost["status"]["containerStatuses"] = [{"name": "main", "state": {"terminated": {
+        "exitCode": 255, "reason": "Unknown", "finishedAt": "2026-12-04T15:16:49Z"}}}]
+    assert checks.exit_lost_at(lost) == datetime(2026, 12, 4, 15, 16, 49, tzinfo=timezone.utc)
+    crashed = pod("crashed", phase="Failed", expect="Succeeded")
+    crashed["status"]["containerStatuses"] = [{"name": "main", "state": {"terminated": {
+        "exitCode": 255, "reason": "Error", "finishedAt": "2026-12-04T15:16:49Z"}}}]
+    assert checks.exit_lost_at(crashed) is None           # the workload's own exit 255
+    assert checks.exit_lost_at(pod("ok", phase="Succeeded")) is None

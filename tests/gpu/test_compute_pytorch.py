@@ -112,6 +112,14 @@ def test_matmul_and_graph_replay_run_at_30_percent_of_unlimited(container):
 
 
 def test_ten_and_ninety_percent_split_the_work_one_to_nine(container):
-    low, high = measure([container("low", 10), container("high", 90)], ["matmul"])
-    ratio = high["matmul"] / low["matmul"]
-    assert 9 * 0.9 <= ratio <= 9 * 1.1, (low, high)
+    # On a loaded 2-core host the 10 % child may wait for a CPU after its syncs and fall
+    # short (CI: 10.2 once); a second window tells that apart from a limiter that is off,
+    # which misses in both.
+    seen = []
+    for attempt in range(2):
+        low, high = measure([container(f"low{attempt}", 10), container(f"high{attempt}", 90)],
+                            ["matmul"])
+        seen.append((round(high["matmul"] / low["matmul"], 2), low, high))
+        if 9 * 0.9 <= seen[-1][0] <= 9 * 1.1:
+            break
+    assert 9 * 0.9 <= seen[-1][0] <= 9 * 1.1, seen

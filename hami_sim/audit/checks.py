@@ -8,6 +8,7 @@ from typing import Optional
 
 from hami_common import constants as C
 from hami_common import node_lock
+from hami_common.node_lock import parse_time
 from hami_common.errors import HamiFormatError, RequestError
 from hami_common.request import parse_pod
 from hami_sim.audit.given import could_hold, finished, given, key, usage
@@ -230,9 +231,14 @@ def refused_by_kubelet_at(pod: dict, said=PLUGIN_DOWN) -> Optional[datetime]:
     if status.get("reason") != "UnexpectedAdmissionError" or \
             not any(m in (status.get("message") or "") for m in said):
         return None
+    return _kubelet_wrote_at(pod)
+
+
+def _kubelet_wrote_at(pod: dict) -> Optional[datetime]:
+    """kubelet's last write of the pod, from managedFields (None without one)."""
     stamps = [f.get("time") for f in (pod.get("metadata") or {}).get("managedFields") or []
               if f.get("manager") == "kubelet" and f.get("time")]
-    return datetime.fromisoformat(max(stamps).replace("Z", "+00:00")) if stamps else None
+    return parse_time(max(stamps)) if stamps else None
 
 
 def exit_lost_at(pod: dict) -> Optional[datetime]:
@@ -242,11 +248,8 @@ def exit_lost_at(pod: dict) -> Optional[datetime]:
     for st in (pod.get("status") or {}).get("containerStatuses") or []:
         term = (st.get("state") or {}).get("terminated") or {}
         if term.get("exitCode") == 255 and term.get("reason") == "Unknown":
-            stamps = [term.get("finishedAt")] if term.get("finishedAt") else [
-                f.get("time") for f in (pod.get("metadata") or {}).get("managedFields") or []
-                if f.get("manager") == "kubelet" and f.get("time")]
-            return datetime.fromisoformat(max(stamps).replace("Z", "+00:00")) if stamps \
-                else None
+            return parse_time(term["finishedAt"]) if term.get("finishedAt") else \
+                _kubelet_wrote_at(pod)
     return None
 
 

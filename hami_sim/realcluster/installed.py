@@ -183,14 +183,19 @@ def ready_endpoints(c, service: str) -> list:
             if (e.get("conditions") or {}).get("ready") for a in e.get("addresses") or []]
 
 
+def release_pods(c) -> list:
+    """The release's pods as JSON."""
+    raw = c.core_v1.list_namespaced_pod(NAMESPACE, _preload_content=False).data
+    return json.loads(raw)["items"]
+
+
 def restarts(c, expected=None) -> list:
     """The release's containers that restarted, with why they last ended (the installed
     mode's answer to 'a component process exited'); expected: (pod, container) -> restarts
     caused on purpose (the soak's kills), not reported unless there were more."""
     expected = expected or {}
-    raw = c.core_v1.list_namespaced_pod(NAMESPACE, _preload_content=False).data
     found = []
-    for pod in json.loads(raw)["items"]:
+    for pod in release_pods(c):
         for s in (pod.get("status") or {}).get("containerStatuses") or []:
             if s.get("restartCount", 0) > expected.get((pod["metadata"]["name"], s["name"]), 0):
                 last = (s.get("lastState") or {}).get("terminated") or {}

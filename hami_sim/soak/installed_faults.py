@@ -20,12 +20,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hami_common import constants as C
+from hami_common.node_lock import parse_time
 from hami_sim.realcluster.images import WORKLOAD_IMAGE
 from hami_sim.realcluster.installed import (CHART, NAMESPACE, RELEASE, control_pods, get_json,
-                                            helm, ready_endpoints, rollout_done)
+                                            helm, ready_endpoints, release_pods, rollout_done)
 from hami_sim.soak.faults import (CONTROL_LEASE, SCHEDULER_LEASE, WEBHOOK_DOWN_S, FaultError,
                                   Faults, until)
-from hami_sim.soak.lease_loss import LeaseLosses, previous_output, release_pods
+from hami_sim.soak.lease_loss import LeaseLosses, previous_output
 
 CONTROL, NODE = "hami-control", "hami-node"
 ROLLED_ANNO = "soak.hami.io/rolled-at"        # the rolling update's change to the pod template
@@ -61,9 +62,7 @@ def container_id(pod: dict, container: str) -> str:
 
 def micro_time(stamp: str) -> float:
     """A Lease's MicroTime as a wall-clock timestamp (0 when absent)."""
-    if not stamp:
-        return 0.0
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return parse_time(stamp).timestamp() if stamp else 0.0
 
 
 class InstalledFaults(Faults):

@@ -15,21 +15,14 @@ otherwise (a soak's SIGKILL meanwhile, a crash) is not counted here.
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Callable
 
-from hami_sim.realcluster.installed import NAMESPACE, last_output
+from hami_common.node_lock import parse_time
+from hami_sim.realcluster.installed import last_output
 
 LEASE_LOST = "leaderelection lost"      # kube-scheduler's last words, matched without case
 WATCH_S = 20.0
 SLACK_S = 2.0                           # finishedAt has whole seconds
-
-
-def finished_at(stamp: str) -> float:
-    """A container status's RFC3339 finishedAt as wall time (0 when absent)."""
-    if not stamp:
-        return 0.0
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 class LeaseLosses:
@@ -73,7 +66,8 @@ class LeaseLosses:
             for s in (pod.get("status") or {}).get("containerStatuses") or []:
                 key = (pod["metadata"]["name"], s["name"])
                 last = (s.get("lastState") or {}).get("terminated") or {}
-                ended = finished_at(last.get("finishedAt", ""))
+                stamp = last.get("finishedAt")
+                ended = parse_time(stamp).timestamp() if stamp else 0.0
                 if s.get("restartCount", 0) <= before.get(key, 0) or key in seen or \
                         ended < start - SLACK_S:
                     continue
@@ -83,13 +77,6 @@ class LeaseLosses:
                     self.found.append(f"{key[0]}/{key[1]} exited after losing its Lease "
                                       f"during {kind} (ended {last.get('finishedAt')}, exit "
                                       f"{last.get('exitCode')}); kubelet restarted it")
-
-
-def release_pods(c) -> list:
-    """The release's pods as JSON."""
-    import json
-    raw = c.core_v1.list_namespaced_pod(NAMESPACE, _preload_content=False).data
-    return json.loads(raw)["items"]
 
 
 def previous_output(c) -> Callable[[dict, str], str]:

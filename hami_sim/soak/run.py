@@ -96,20 +96,22 @@ class Soak:
         off the bus fails (the bind refuses a GPU already known unhealthy). And a container
         that ended while containerd restarted, its exit status lost (the hour's soak met one:
         a 2.5 s workload ending as containerd stopped)."""
-        at = refused_by_kubelet_at(pod)
-        kind = self.faults.plugin_gaps.at(at.timestamp()) if at else ""
-        if kind:
-            return f"kubelet refused it at {at:%H:%M:%S} while {kind} had the device " \
-                   f"plugin disconnected"
-        at = refused_by_kubelet_at(pod, GPU_FAILED)
-        kind = self.faults.gpu_failures.at(at.timestamp()) if at else ""
-        if kind:
-            return f"refused at Allocate at {at:%H:%M:%S}: its GPU failed ({kind}) as it " \
-                   f"was bound, before hami-node had published it unhealthy"
-        at = exit_lost_at(pod)
-        kind = self.faults.runtime_restarts.at(at.timestamp()) if at else ""
-        return f"its container ended at {at:%H:%M:%S} while containerd restarted " \
-               f"({kind}), which lost its exit status (exit 255, Unknown)" if kind else None
+        f = self.faults
+        for when, gaps, says in (
+                (refused_by_kubelet_at, f.plugin_gaps,
+                 "kubelet refused it at {at:%H:%M:%S} while {kind} had the device plugin "
+                 "disconnected"),
+                (lambda p: refused_by_kubelet_at(p, GPU_FAILED), f.gpu_failures,
+                 "refused at Allocate at {at:%H:%M:%S}: its GPU failed ({kind}) as it was "
+                 "bound, before hami-node had published it unhealthy"),
+                (exit_lost_at, f.runtime_restarts,
+                 "its container ended at {at:%H:%M:%S} while containerd restarted ({kind}), "
+                 "which lost its exit status (exit 255, Unknown)")):
+            at = when(pod)
+            kind = gaps.at(at.timestamp()) if at else ""
+            if kind:
+                return says.format(at=at, kind=kind)
+        return None
 
     def say(self, text: str) -> None:
         """A progress line."""

@@ -73,3 +73,17 @@ def test_a_plugin_gap_covers_its_fault_give_or_take_the_slack():
     assert gaps.at(103.0 + GAP_SLACK_S) == "hami-node-killed"
     assert gaps.at(100.0 - GAP_SLACK_S - 0.1) == "" and gaps.at(150.0) == ""
     assert gaps.at(time.time()) == "kubelet-restarted"
+
+
+def test_an_ending_is_excused_only_inside_the_gap_of_its_kind():
+    from types import SimpleNamespace
+    from hami_sim.soak.run import Soak
+    faults = SimpleNamespace(plugin_gaps=Gaps(), gpu_failures=Gaps(), runtime_restarts=Gaps())
+    lost = {"status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {
+        "exitCode": 255, "reason": "Unknown", "finishedAt": "2026-12-04T15:16:49Z"}}}]}}
+    soak = SimpleNamespace(faults=faults)
+    assert Soak._excuse(soak, lost) is None                       # no restart then
+    faults.plugin_gaps.gaps.append(["hami-node-killed", 1796397400.0, 1796397420.0])
+    assert Soak._excuse(soak, lost) is None                       # a gap of another kind
+    faults.runtime_restarts.gaps.append(["containerd-restarted", 1796397408.0, 1796397410.0])
+    assert "while containerd restarted" in Soak._excuse(soak, lost)
